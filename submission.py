@@ -30,7 +30,7 @@ past M with zeros and TMA stores clip at M and N, so nothing outside `c` is ever
 
 Configuration (one place: _Sm100Config)
   MMA tile 128x128, 1-SM MMA, cluster 1x1: the tokens side M is 40..512, so a 256-wide or 2-SM tile
-      would be mostly padding on the small groups; 128x128 gives 352 / 448 / 120 / 128 tiles on the
+      would be mostly padding on the small groups; 128x128 gives 352 / 728 / 120 / 128 tiles on the
       four benchmarks, enough to fill 148 SMs for the two large ones.
   K tile 256 (4 MMAs of K=64): the smallest tile that is a multiple of the 64-column scale block
       and of every problem's K (K % 256 == 0 is validated); 36 KiB per stage with scales.
