@@ -1,0 +1,52 @@
+"""Shared set-up: the repository root on sys.path, and helpers to run eval.py as the board does."""
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+HARNESS_FILES = ("eval.py", "task.py", "task.yml", "reference.py", "utils.py")
+
+
+@pytest.fixture
+def harness_dir(tmp_path: Path) -> Path:
+    """A copy of the harness with the reference-backed submission and without tools/, so that
+    eval.py's runs here depend on nothing a teammate is editing."""
+    for name in HARNESS_FILES:
+        shutil.copy(ROOT / name, tmp_path / name)
+    (tmp_path / "tests").mkdir()
+    shutil.copy(ROOT / "tests" / "ref_submission.py", tmp_path / "tests" / "ref_submission.py")
+    shutil.copy(ROOT / "tests" / "ref_submission.py", tmp_path / "submission.py")
+    return tmp_path
+
+
+def run_eval(cwd: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    """`python eval.py ARGS` in cwd, locally (no POPCORN_FD)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("POPCORN_FD", "POPCORN_SEED")}
+    return subprocess.run([sys.executable, "eval.py", *args], cwd=cwd, env=env, text=True,
+                          capture_output=True, stdin=subprocess.DEVNULL, timeout=timeout)
+
+
+def run_popcorn(cwd: Path, mode: str, spec: str, seed=None, timeout: int = 300):
+    """Run eval.py as the board does: spec file argument, results on the file descriptor named by
+    POPCORN_FD. Returns (completed process, {key: value} of the result lines, the raw lines)."""
+    (cwd / "spec.txt").write_text(spec)
+    env = {k: v for k, v in os.environ.items() if k != "POPCORN_SEED"}
+    if seed is not None:
+        env["POPCORN_SEED"] = str(seed)
+    with open(cwd / "popcorn.out", "w") as out:
+        env["POPCORN_FD"] = str(out.fileno())
+        done = subprocess.run([sys.executable, "eval.py", mode, "spec.txt"], cwd=cwd, env=env,
+                              text=True, capture_output=True, stdin=subprocess.DEVNULL,
+                              pass_fds=[out.fileno()], timeout=timeout)
+    lines = (cwd / "popcorn.out").read_text().splitlines()
+    result = {}
+    for line in lines:
+        key, _, value = line.partition(":")
+        result[key.strip()] = value.strip()
+    return done, result, lines
