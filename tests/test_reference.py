@@ -40,6 +40,8 @@ def to_blocked_np(scales: np.ndarray) -> np.ndarray:
     return blocks.reshape(-1, 4, 32, 4).transpose(0, 2, 1, 3).reshape(-1)
 
 
+DATA_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
 SIZES = [  # (m, n, k): M not a multiple of 128, several groups, K a multiple of 256
     ((40, 72, 200), (128, 256, 128), (256, 512, 256)),
     ((128, 1, 300), (384, 128, 256), (768, 256, 512)),
@@ -160,15 +162,14 @@ def test_generate_input_shapes_dtypes_strides_and_devices():
     m, n, k = (40, 256), (128, 384), (256, 768)
     abc, sf, sf_reordered, sizes = reference.generate_input(m=m, n=n, k=k, g=2, seed=1111)
     assert sizes == [(40, 128, 256, 1), (256, 384, 768, 1)]
-    data_device = "cuda" if torch.cuda.is_available() else "cpu"
     for (a, b, c), (sfa, sfb), (sfa_r, sfb_r), (mi, ni, ki, _) in zip(abc, sf, sf_reordered, sizes):
         for x, rows in ((a, mi), (b, ni)):
             assert x.dtype == torch.float4_e2m1fn_x2
             assert x.shape == (rows, ki // 2, 1) and x.stride() == (ki // 2, 1, rows * ki // 2)
-            assert x.device.type == data_device
+            assert x.device.type == DATA_DEVICE
             # Only the sign bit and the two low bits of each nibble are drawn.
             assert not (x.view(torch.uint8) & 0b0100_0100).any()
-        assert c.dtype == torch.float16 and c.device.type == data_device
+        assert c.dtype == torch.float16 and c.device.type == DATA_DEVICE
         assert c.shape == (mi, ni, 1) and c.stride() == (ni, 1, mi * ni)
         for s, s_r, rows in ((sfa, sfa_r, mi), (sfb, sfb_r, ni)):
             sf_k = ki // 16
@@ -176,7 +177,7 @@ def test_generate_input_shapes_dtypes_strides_and_devices():
             assert s.shape == (rows, sf_k, 1) and s.stride() == (sf_k, 1, rows * sf_k)
             assert set(s.float().unique().tolist()) == {1.0, 2.0}
             rest_m, rest_k = math.ceil(rows / 128), math.ceil(sf_k / 4)
-            assert s_r.dtype == torch.float8_e4m3fn and s_r.device.type == data_device
+            assert s_r.dtype == torch.float8_e4m3fn and s_r.device.type == DATA_DEVICE
             assert s_r.shape == (32, 4, rest_m, 4, rest_k, 1)
             assert s_r.stride() == (16, 4, rest_k * 512, 1, 512, rest_m * rest_k * 512)
 
@@ -191,6 +192,54 @@ def test_generate_input_is_deterministic_per_seed():
     first, again, other = draw(5), draw(5), draw(6)
     assert all(torch.equal(x, y) for x, y in zip(first, again))
     assert not torch.equal(first[0], other[0])
+
+
+def board_draws(m, n, k, seed, device):
+    """The board's generate_input, draw by draw, written here independently of reference.py: per
+    group a, b, c (on `device`: CUDA on the board), sfa, sfb (CPU generator), then the
+    blocked-layout fill of sfa and of sfb (on `device`), into which the real scales are scattered."""
+    torch.manual_seed(seed)
+    groups = []
+    for mi, ni, ki in zip(m, n, k):
+        a = torch.randint(255, (1, mi, ki // 2), dtype=torch.uint8, device=device) & 0xBB
+        b = torch.randint(255, (1, ni, ki // 2), dtype=torch.uint8, device=device) & 0xBB
+        c = torch.randn((1, mi, ni), dtype=torch.float16, device=device)
+        sfa = torch.randint(1, 3, (1, mi, ki // 16), dtype=torch.int8)
+        sfb = torch.randint(1, 3, (1, ni, ki // 16), dtype=torch.int8)
+        blocked = []
+        for rows, scales in ((mi, sfa), (ni, sfb)):
+            shape = (1, math.ceil(rows / 128), math.ceil(ki / 64), 32, 4, 4)
+            fill = torch.randint(1, 3, shape, dtype=torch.int8, device=device)
+            r = torch.arange(rows).repeat_interleave(ki // 16)
+            j = torch.arange(ki // 16).repeat(rows)
+            fill[0, r // 128, j // 4, r % 32, (r % 128) // 32, j % 4] = scales[0, r, j].to(device)
+            blocked.append(fill)
+        groups.append((a, b, c.view(torch.int16), sfa, sfb, *blocked))
+    return groups
+
+
+def bits(tensor: torch.Tensor) -> torch.Tensor:
+    """[rows, cols, 1] or blocked-layout view -> the underlying (1, ...) buffer as integers."""
+    order = (2, 0, 1) if tensor.dim() == 3 else (5, 2, 4, 0, 1, 3)
+    tensor = tensor.permute(*order)
+    if tensor.dtype == torch.float8_e4m3fn:
+        return tensor.view(torch.int8)  # the board's int8 1/2 became e4m3; compare as int8 below
+    return tensor.view(torch.int16 if tensor.element_size() == 2 else torch.uint8)
+
+
+@pytest.mark.parametrize("m, n, k", SIZES)
+def test_generate_input_is_bitwise_the_boards(m, n, k):
+    # With CUDA this is the board's exact input; without, reference.py makes the board's CUDA draws
+    # on the CPU, so the same sequence from one generator must come out.
+    data = reference.generate_input(m=m, n=n, k=k, g=len(m), seed=1111)
+    expected = board_draws(m, n, k, seed=1111, device=DATA_DEVICE)
+    for group, want in enumerate(expected):
+        (a, b, c), (sfa, sfb), (sfa_r, sfb_r) = data[0][group], data[1][group], data[2][group]
+        for got, want_i in zip((a, b, c, sfa, sfb, sfa_r, sfb_r), want):
+            if want_i.dtype == torch.int8:  # scales: compare e4m3 bits
+                want_i = want_i.to(torch.float8_e4m3fn).view(torch.int8)
+            assert got.device.type == want_i.device.type
+            assert torch.equal(bits(got), want_i)
 
 
 # --- check_implementation ------------------------------------------------------------------

@@ -1,0 +1,38 @@
+"""Harness checks that need a CUDA GPU; they skip without one."""
+import numpy as np
+import pytest
+import torch
+
+import reference
+from conftest import run_eval, run_popcorn
+from test_reference import SIZES, gemm_np
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@pytest.mark.parametrize("m, n, k", SIZES)
+def test_reference_on_gpu_equals_float64_gold_standard(m, n, k):
+    data = reference.generate_input(m=m, n=n, k=k, g=len(m), seed=77)
+    expected = gemm_np(data)
+    for got, want in zip(reference.ref_kernel(data), expected):
+        assert np.array_equal(got[:, :, 0].cpu().numpy(), want)
+
+
+def test_local_benchmark_prints_the_table(harness_dir):
+    done = run_eval(harness_dir, "benchmark", "--only", "4")
+    assert done.returncode == 0, done.stdout + done.stderr
+    row = next(line.split() for line in done.stdout.splitlines() if line.split()[:1] == ["4"])
+    mean, best, worst, runs, sol, ratio = row[1:7]
+    assert 0 < float(best) <= float(mean) <= float(worst) and int(runs) >= 3
+    assert sol == "1.525" and float(ratio) == pytest.approx(float(mean) / 1.525, rel=0.01)
+
+
+def test_popcorn_benchmark_reports_stats(harness_dir):
+    spec = "m: [200]; n: [128]; k: [256]; g: 1; seed: 5\n"
+    done, result, _ = run_popcorn(harness_dir, "benchmark", spec)
+    assert done.returncode == 0, done.stderr
+    assert result["check"] == "pass" and result["benchmark-count"] == "1"
+    assert int(result["benchmark.0.runs"]) >= 3
+    assert 0 < float(result["benchmark.0.best"]) <= float(result["benchmark.0.mean"]) <= float(
+        result["benchmark.0.worst"])
+    assert {f"benchmark.0.{key}" for key in ("std", "err")} <= set(result)
