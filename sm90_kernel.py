@@ -1,0 +1,773 @@
+"""Hopper (sm_90a) path of the NVFP4 block-scaled grouped GEMM, in CuTe DSL.
+
+C[g] = A[g] . B[g]^T per group g, A = tokens (M x K, FP4 e2m1 + e4m3 scale per 16 k),
+B = weights (N x K, same format), C fp16 (M x N).  Hopper has no FP4 tensor cores, so both
+operands are dequantized to fp16 (FP4 x e4m3 is exact in fp16) and fed to wgmma (HGMMA) with
+fp32 accumulation: the same function as the block-scaled MMA up to summation order.
+
+Design note
+-----------
+Operand swap.  Tokens per group are few (M = 40..384) and weights many (N x K up to 4096 x 7168),
+so the weights are wgmma's M side (64 rows per warpgroup, A operand from registers) and the
+tokens wgmma's N side (8..256 in steps of 8, B operand from shared memory).  The accumulator of
+one warpgroup is C^T for 64 weight rows x TOKENS tokens.
+
+Tiles and schedule.  A CTA tile is 128 weight rows (two consumer warpgroups x 64) x up to 256
+tokens x the whole K.  The wgmma N of a tile is the tile's token count rounded up to TOKEN_STEP,
+picked at run time among compiled variants, so small-M groups waste little tensor-core work
+(one tile covers a whole group of <= 256 tokens, so each weight tile is dequantized once).
+The tile list of a plan is built once on the host (shapes are known when the plan is built) and
+spread over min(#SMs, #tiles) persistent CTAs by longest-processing-time-first, because tile
+costs differ by up to 8x between groups and a plain round-robin leaves SMs idle; each CTA walks
+its own tiles in group order.  Nothing in the compiled code depends on shapes or group count.
+
+Warp roles (384 threads).  Warpgroup 0 is the producer: warp 0 issues per k-tile (64 k) the TMA
+loads of the weight tile (128 rows x 32 B of FP4) and the token tile (256 rows x 32 B; rows past M
+are zero-filled by TMA) plus 1-D bulk copies of the matching scale blocks: in the 128x4 blocked
+layout a 128-row block x 4 scale columns (one 64-k tile) is one contiguous 512-byte run.  All of
+it lands on one mbarrier (PipelineTmaAsync, NUM_STAGES deep, fixed 13824-byte transaction).
+Warpgroups 1 and 2 consume: each dequantizes its 64 weight rows straight into wgmma A fragments,
+and together they dequantize the token tile into an fp16 K-major 128B-swizzled buffer (3-deep
+ring), fence.proxy.async, meet on a named barrier, then issue 4 wgmma k16 blocks and keep one
+wgmma group in flight.  Three token buffers + one barrier per k-tile suffice: a thread writing
+buffer i%3 has passed barrier i-1, so the other warpgroup has retired wgmma i-3.
+TMA descriptors: one pair (A, B) per group, written once per plan by a small init kernel into a
+global workspace (template descriptor + tensormap.replace of address/shape/stride), read by the
+producer through tma_desc_ptr after a tensormap acquire fence when the group changes.  NVIDIA's
+grouped example rewrites descriptors inside the GEMM kernel on every group change; pointers are
+fixed per plan here, so that work moves out of the per-call path.
+
+Dequantization.  The contraction order over k is free as long as both operands use the same
+permutation, so k is permuted to make the loads cheap: a thread's wgmma A fragment (k pairs
+2q, 2q+1, 2q+8, 2q+9 of each k16 block) is fed from 8 contiguous bytes per row, and each 32-bit
+word yields four f16x2 with two shifts and a mask each (nibble bits s,e1,e0,m placed at f16 bits
+15,11,10,9 make value * 2^-14 exactly, subnormals included).  Scales are converted with
+cvt.f16x2.e4m3x2 and multiplied by 2^7, so every operand is value * 2^-7 (exact in fp16; no
+overflow for 6 * 448) and the epilogue multiplies the fp32 accumulator by 2^14.
+The token side uses the same word -> f16x2 mapping and writes the permuted order into the
+swizzled buffer.
+
+Epilogue.  Accumulators are scaled, rounded to fp16 and paired across neighbouring lanes with one
+shuffle so each lane stores 4 bytes (two adjacent n) of a row m; rows m >= M are never written.
+
+Stages.  Per stage 4 KB weights + 8 KB tokens + 1.5 KB scales; 8 stages (108 KB) plus the
+96 KB token ring fit the 227 KB of shared memory.  K-tile 64 keeps the fp16 token ring small
+(256 x 64 x 2 B per buffer) while a 64-k step is still 4 wgmmas.
+"""
+
+from types import SimpleNamespace
+
+import torch
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+import cutlass.utils as utils
+import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass._mlir import ir
+from cutlass._mlir.dialects import llvm
+from cutlass.cute.nvgpu import cpasync, warpgroup
+from cutlass.cute.runtime import from_dlpack
+from cutlass.cutlass_dsl import T, dsl_user_op
+
+# ---------------------------------------------------------------------------------------------
+# Configuration
+# ---------------------------------------------------------------------------------------------
+TILE_W = 128  # weight rows per CTA tile (2 consumer warpgroups x wgmma M=64)
+TILE_K = 64  # k per pipeline stage (32 bytes of FP4 per row, 4 scale columns)
+MAX_TOKENS = 256  # tokens per CTA tile (largest wgmma N)
+TOKEN_STEP = 32  # granularity of the compiled wgmma N variants
+VARIANTS = tuple(range(TOKEN_STEP, MAX_TOKENS + 1, TOKEN_STEP))
+NUM_STAGES = 8
+NUM_TOKEN_BUFS = 3
+TILE_OVERHEAD = 64  # per-tile fixed cost for the scheduler, in token-columns of MMA work
+
+W_STAGE_BYTES = TILE_W * TILE_K // 2
+A_STAGE_BYTES = MAX_TOKENS * TILE_K // 2
+SF_BLOCK_BYTES = 512  # one 128-row x 4-column block of the blocked scale layout
+SFA_STAGE_BYTES = 2 * SF_BLOCK_BYTES  # 256 tokens span two 128-row blocks
+TX_BYTES = W_STAGE_BYTES + A_STAGE_BYTES + SF_BLOCK_BYTES + SFA_STAGE_BYTES
+TOKEN_BUF_ELEMS = MAX_TOKENS * TILE_K
+DESC_BYTES = 128
+TILE_FIELDS = 8  # (group, n0, t0, variant, m, n, k, pad) per tile record
+NUM_THREADS = 384
+PRODUCER_REGS = 40
+CONSUMER_REGS = 232
+CONSUMER_BARRIER_ID = 1
+EPILOGUE_SCALE = 16384.0  # 2^14 undoes the 2^-7 carried by each fp16 operand
+
+
+# ---------------------------------------------------------------------------------------------
+# Inline PTX helpers.  Memory ops are marked side-effecting so LLVM keeps them ordered with the
+# mbarrier waits and named barriers around them.
+# ---------------------------------------------------------------------------------------------
+def _i32(x, loc=None, ip=None):
+    return cutlass.Int32(x).ir_value(loc=loc, ip=ip)
+
+
+def _asm(ret, args, text, constraints, side_effects):
+    return llvm.inline_asm(
+        ret,
+        args,
+        text,
+        constraints,
+        has_side_effects=side_effects,
+        is_align_stack=False,
+        asm_dialect=llvm.AsmDialect.AD_ATT,
+    )
+
+
+def _unpack(struct_val, n):
+    return [cutlass.Int32(llvm.extractvalue(T.i32(), struct_val, [i])) for i in range(n)]
+
+
+@dsl_user_op
+def lds_u8(addr, *, loc=None, ip=None):
+    return cutlass.Int32(
+        _asm(T.i32(), [_i32(addr, loc, ip)], "ld.shared.u8 $0, [$1];", "=r,r", True)
+    )
+
+
+@dsl_user_op
+def lds_b32(addr, *, loc=None, ip=None):
+    return cutlass.Int32(
+        _asm(T.i32(), [_i32(addr, loc, ip)], "ld.shared.b32 $0, [$1];", "=r,r", True)
+    )
+
+
+@dsl_user_op
+def lds_v2(addr, *, loc=None, ip=None):
+    res = _asm(
+        llvm.StructType.get_literal([T.i32(), T.i32()]),
+        [_i32(addr, loc, ip)],
+        "ld.shared.v2.b32 {$0, $1}, [$2];",
+        "=r,=r,r",
+        True,
+    )
+    return _unpack(res, 2)
+
+
+@dsl_user_op
+def sts_v4(addr, v0, v1, v2, v3, *, loc=None, ip=None):
+    _asm(
+        None,
+        [_i32(a, loc, ip) for a in (addr, v0, v1, v2, v3)],
+        "st.shared.v4.b32 [$0], {$1, $2, $3, $4};",
+        "r,r,r,r,r",
+        True,
+    )
+
+
+@dsl_user_op
+def stg_b32_if(addr, value, pred, *, loc=None, ip=None):
+    _asm(
+        None,
+        [cutlass.Int64(addr).ir_value(loc=loc, ip=ip), _i32(value, loc, ip), _i32(pred, loc, ip)],
+        "{\n .reg .pred p;\n setp.ne.b32 p, $2, 0;\n @p st.global.b32 [$0], $1;\n}",
+        "l,r,r",
+        True,
+    )
+
+
+@dsl_user_op
+def bulk_copy_g2s(smem_addr, gmem_addr, nbytes, mbar_addr, *, loc=None, ip=None):
+    """1-D TMA bulk copy (no tensor map) completing on an mbarrier's transaction count."""
+    _asm(
+        None,
+        [
+            _i32(smem_addr, loc, ip),
+            cutlass.Int64(gmem_addr).ir_value(loc=loc, ip=ip),
+            _i32(nbytes, loc, ip),
+            _i32(mbar_addr, loc, ip),
+        ],
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [$0], [$1], $2, [$3];",
+        "r,l,r,r",
+        True,
+    )
+
+
+@dsl_user_op
+def shfl_xor4(value, *, loc=None, ip=None):
+    return cutlass.Int32(
+        _asm(
+            T.i32(),
+            [_i32(value, loc, ip)],
+            "shfl.sync.bfly.b32 $0, $1, 4, 0x1f, 0xffffffff;",
+            "=r,r",
+            True,
+        )
+    )
+
+
+@dsl_user_op
+def prmt(a, b, selector, *, loc=None, ip=None):
+    return cutlass.Int32(
+        _asm(
+            T.i32(),
+            [_i32(a, loc, ip), _i32(b, loc, ip), _i32(selector, loc, ip)],
+            "prmt.b32 $0, $1, $2, $3;",
+            "=r,r,r,r",
+            False,
+        )
+    )
+
+
+@dsl_user_op
+def scale_pair(word, byte_index: int, *, loc=None, ip=None):
+    """f16x2 (s, s) with s = e4m3 byte `byte_index` of `word` times 2^7 (exact)."""
+    sel = byte_index * 0x1111
+    return cutlass.Int32(
+        _asm(
+            T.i32(),
+            [_i32(word, loc, ip)],
+            "{\n .reg .b32 t, k;\n .reg .b16 lo, hi;\n"
+            f" prmt.b32 t, $1, 0, {sel};\n"
+            " mov.b32 {lo, hi}, t;\n"
+            " cvt.rn.f16x2.e4m3x2 $0, lo;\n"
+            " mov.b32 k, 0x58005800;\n"
+            " mul.rn.f16x2 $0, $0, k;\n}",
+            "=r,r",
+            False,
+        )
+    )
+
+
+def _fp4_output_ptx(dst, src, o):
+    """PTX turning nibbles of word `src` into f16x2 `dst` (value * 2^-14).
+
+    Output o takes the nibble at bits 12-4o..15-4o of each 16-bit half: o=0 high nibbles of bytes
+    1 and 3, o=1 low nibbles of bytes 1 and 3, o=2 high nibbles of bytes 0 and 2, o=3 low nibbles
+    of bytes 0 and 2; the nibble of the low half is the lower k of the pair.
+    """
+    if o == 0:
+        sign = f" and.b32 s, {src}, 0x80008000;\n"
+        mag = f" shr.b32 m, {src}, 3;\n"
+    else:
+        sign = f" shl.b32 s, {src}, {4 * o};\n and.b32 s, s, 0x80008000;\n"
+        mag = f" shl.b32 m, {src}, {4 * o - 3};\n"
+    return sign + mag + f" and.b32 m, m, 0x0E000E00;\n or.b32 {dst}, s, m;\n"
+
+
+@dsl_user_op
+def dequant_fp4(word, scale2, outputs: tuple, *, loc=None, ip=None):
+    """f16x2 values (fp4 * scale * 2^-7) of `word` for the given output indices."""
+    n = len(outputs)
+    text = "{\n .reg .b32 s, m;\n"
+    for i, o in enumerate(outputs):
+        text += _fp4_output_ptx(f"${i}", f"${n}", o)
+        text += f" mul.rn.f16x2 ${i}, ${i}, ${n + 1};\n"
+    text += "}"
+    res = _asm(
+        llvm.StructType.get_literal([T.i32()] * n),
+        [_i32(word, loc, ip), _i32(scale2, loc, ip)],
+        text,
+        ",".join(["=r"] * n + ["r", "r"]),
+        False,
+    )
+    return _unpack(res, n)
+
+
+@dsl_user_op
+def pack_f16x2(lo, hi, *, loc=None, ip=None):
+    return cutlass.Int32(
+        _asm(
+            T.i32(),
+            [cutlass.Float32(hi).ir_value(loc=loc, ip=ip), cutlass.Float32(lo).ir_value(loc=loc, ip=ip)],
+            "cvt.rn.f16x2.f32 $0, $1, $2;",
+            "=r,f,f",
+            False,
+        )
+    )
+
+
+def _tma_atom(template, rows):
+    """TMA load atom for a (rows x 32 B) box of a row-major uint8 matrix, no swizzle."""
+    smem_layout = cute.make_layout((rows, TILE_K // 2), stride=(TILE_K // 2, 1))
+    return cpasync.make_tiled_tma_atom(
+        cpasync.CopyBulkTensorTileG2SOp(), template, smem_layout, (rows, TILE_K // 2)
+    )
+
+
+def _fp4_matrix(addr, rows, row_bytes):
+    """Row-major (rows x row_bytes) uint8 view of packed FP4 data at global address `addr`."""
+    ptr = cute.make_ptr(cutlass.Uint8, addr, cute.AddressSpace.gmem, assumed_align=16)
+    return cute.make_tensor(ptr, cute.make_layout((rows, row_bytes), stride=(row_bytes, 1)))
+
+
+def _desc_ptr(descs_addr, group, which):
+    addr = descs_addr + cutlass.Int64(group * 2 + which) * DESC_BYTES
+    return cute.make_ptr(cutlass.Int64, addr, cute.AddressSpace.gmem, assumed_align=DESC_BYTES)
+
+
+# ---------------------------------------------------------------------------------------------
+# Descriptor workspace initialisation (once per plan)
+# ---------------------------------------------------------------------------------------------
+@cute.kernel
+def _init_desc_kernel(
+    atom_a: cute.CopyAtom,
+    atom_b: cute.CopyAtom,
+    ptrs: cute.Tensor,
+    sizes: cute.Tensor,
+    descs_addr: cutlass.Int64,
+):
+    g, _, _ = cute.arch.block_idx()
+    m = sizes[g, 0]
+    n = sizes[g, 1]
+    kb = sizes[g, 2] // 2
+    manager = utils.TensorMapManager(utils.TensorMapUpdateMode.GMEM, DESC_BYTES)
+    tensors = (_fp4_matrix(ptrs[g, 0], m, kb), _fp4_matrix(ptrs[g, 1], n, kb))
+    dst = (
+        manager.get_tensormap_ptr(_desc_ptr(descs_addr, g, 0)),
+        manager.get_tensormap_ptr(_desc_ptr(descs_addr, g, 1)),
+    )
+    manager.init_tensormap_from_atom(atom_a, dst[0], 0)
+    manager.init_tensormap_from_atom(atom_b, dst[1], 0)
+    manager.fence_tensormap_initialization()
+    manager.update_tensormap(tensors, (atom_a, atom_b), dst, 0, (None, None))
+
+
+@cute.jit
+def _init_descs(
+    a_template: cute.Tensor,
+    b_template: cute.Tensor,
+    ptrs: cute.Tensor,
+    sizes: cute.Tensor,
+    descs_addr: cutlass.Int64,
+    num_groups: cutlass.Int32,
+    stream: cuda.CUstream,
+):
+    atom_a, _ = _tma_atom(a_template, MAX_TOKENS)
+    atom_b, _ = _tma_atom(b_template, TILE_W)
+    _init_desc_kernel(atom_a, atom_b, ptrs, sizes, descs_addr).launch(
+        grid=(num_groups, 1, 1), block=(32, 1, 1), stream=stream
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The GEMM kernel
+# ---------------------------------------------------------------------------------------------
+def _tiled_mma(n):
+    return sm90_utils.make_trivial_tiled_mma(
+        cutlass.Float16,
+        cutlass.Float16,
+        warpgroup.OperandMajorMode.K,
+        warpgroup.OperandMajorMode.K,
+        cutlass.Float32,
+        (1, 1, 1),
+        tiler_mn=(64, n),
+        a_source=warpgroup.OperandSource.RMEM,
+    )
+
+
+def _token_buf_layout(n):
+    """(n tokens, 64 k, NUM_TOKEN_BUFS) fp16, K-major 128B swizzle; buffers at a fixed stride so
+    every variant's buffer i lies inside the same region (the ring's reuse argument needs it)."""
+    atom = warpgroup.make_smem_layout_atom(warpgroup.SmemLayoutAtomKind.K_SW128, cutlass.Float16)
+    one = cute.tile_to_shape(atom, (n, TILE_K), order=(0, 1))
+    staged = cute.make_layout(
+        (*one.outer.shape, NUM_TOKEN_BUFS), stride=(*one.outer.stride, TOKEN_BUF_ELEMS)
+    )
+    return one.inner, staged
+
+
+@cute.struct
+class _Storage:
+    barriers: cute.struct.MemRange[cutlass.Int64, 2 * NUM_STAGES]
+    w: cute.struct.Align[cute.struct.MemRange[cutlass.Uint8, NUM_STAGES * W_STAGE_BYTES], 1024]
+    a: cute.struct.Align[cute.struct.MemRange[cutlass.Uint8, NUM_STAGES * A_STAGE_BYTES], 1024]
+    sfw: cute.struct.Align[cute.struct.MemRange[cutlass.Uint8, NUM_STAGES * SF_BLOCK_BYTES], 128]
+    sfa: cute.struct.Align[cute.struct.MemRange[cutlass.Uint8, NUM_STAGES * SFA_STAGE_BYTES], 128]
+    tokens: cute.struct.Align[
+        cute.struct.MemRange[cutlass.Float16, NUM_TOKEN_BUFS * TOKEN_BUF_ELEMS], 1024
+    ]
+
+
+@cute.jit
+def _consume_tile(n_tok, c, tile, pipe, read_state, token_buf):
+    """Mainloop + epilogue of one tile with wgmma N = n_tok; returns the carried state."""
+    tiled_mma = _tiled_mma(n_tok)
+    thr_mma = tiled_mma.get_slice(c.wg_tid)
+    acc = cute.make_rmem_tensor(
+        thr_mma.partition_C(cute.make_identity_tensor((64, n_tok))).shape, cutlass.Float32
+    )
+    frag_shape = thr_mma.partition_A(cute.make_identity_tensor((64, TILE_K))).shape
+    frags = [tiled_mma.make_fragment_A(frag_shape) for _ in range(2)]
+    frags32 = [cute.recast_tensor(f, cutlass.Int32) for f in frags]
+    swizzle, buf_layout = _token_buf_layout(n_tok)
+    s_tok = cute.make_tensor(
+        cute.recast_ptr(c.tokens_ptr, swizzle, dtype=cutlass.Float16), buf_layout
+    )
+    tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(s_tok))
+    tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
+    acc.fill(0.0)
+
+    k_tiles = tile.k // TILE_K
+    for _kt2 in range(k_tiles // 2):
+        for par in cutlass.range_constexpr(2):
+            pipe.consumer_wait(read_state)
+            stage = read_state.index
+            w_base = c.w_addr + stage * W_STAGE_BYTES
+            a_base = c.a_addr + stage * A_STAGE_BYTES
+            sfw_base = c.sfw_addr + stage * SF_BLOCK_BYTES
+            sfa_base = c.sfa_addr + stage * SFA_STAGE_BYTES
+            tok_base = c.tokens_addr + token_buf * (TOKEN_BUF_ELEMS * 2)
+
+            # Token tile -> fp16 ring buffer.  This thread handles k16 block j = q of rows
+            # row0 + 64 i: words W[2q' + j // 2] (bytes 4 (j // 2) + 8 q') of a row give its two
+            # 16-byte chunks (j, s); shifting the word left by 8 for odd j turns outputs (2, 3)
+            # into outputs (0, 1).
+            for i in cutlass.range_constexpr((n_tok + 63) // 64):
+                row = c.unit_row0 + 64 * i
+                if cutlass.const_expr(n_tok % 64 == 0) or row < n_tok:
+                    row_addr = a_base + row * (TILE_K // 2) + (c.q >> 1) * 4
+                    sf_word = lds_b32(
+                        sfa_base
+                        + (row >> 7) * SF_BLOCK_BYTES
+                        + (row & 31) * 16
+                        + ((row >> 5) & 3) * 4
+                    )
+                    chunks = [[], []]
+                    for qq in cutlass.range_constexpr(4):
+                        word = lds_b32(row_addr + 8 * qq) << c.odd_shift
+                        pair = dequant_fp4(word, scale_pair(sf_word, qq), (0, 1))
+                        chunks[0].append(pair[0])
+                        chunks[1].append(pair[1])
+                    for s in cutlass.range_constexpr(2):
+                        chunk = 2 * c.q + s
+                        addr = tok_base + row * 128 + ((chunk ^ (row & 7)) << 4)
+                        sts_v4(addr, *chunks[s])
+
+            # Weights -> wgmma A fragments: rows r0, r0 + 8, bytes 8q..8q+7 of the stage row.
+            r_words = [lds_v2(w_base + r * (TILE_K // 2) + 8 * c.q) for r in c.rows]
+            r_scales = [
+                scale_pair(lds_u8(sfw_base + (r & 31) * 16 + (r >> 5) * 4 + c.q), 0)
+                for r in c.rows
+            ]
+            for rs in cutlass.range_constexpr(2):
+                for w in cutlass.range_constexpr(2):
+                    vals = dequant_fp4(r_words[rs][w], r_scales[rs], (0, 1, 2, 3))
+                    for o in cutlass.range_constexpr(4):
+                        kb = 2 * w + o // 2
+                        frags32[par][rs + 2 * (o % 2) + 4 * kb] = vals[o]
+
+            cute.arch.fence_proxy(
+                cute.arch.ProxyKind.async_shared, space=cute.arch.SharedSpace.shared_cta
+            )
+            pipe.consumer_release(read_state)
+            read_state.advance()
+            cute.arch.barrier(barrier_id=CONSUMER_BARRIER_ID, number_of_threads=256)
+
+            warpgroup.fence()
+            for kb in cutlass.range_constexpr(TILE_K // 16):
+                cute.gemm(
+                    tiled_mma,
+                    acc,
+                    frags[par][None, None, kb],
+                    tCrB[None, None, kb, token_buf],
+                    acc,
+                )
+            warpgroup.commit_group()
+            warpgroup.wait_group(1)
+            token_buf = token_buf + 1
+            if token_buf == NUM_TOKEN_BUFS:
+                token_buf = cutlass.Int32(0)
+    warpgroup.wait_group(0)
+
+    # Epilogue: acc element (v0, v1, v2) is weight row 16*warp + g + 8*v1, token 2q + v0 + 8*v2.
+    odd_g = c.g & 1
+    selector = odd_g * (0x3276 - 0x5410) + 0x5410
+    m_limit = tile.m - tile.t0
+    n_col = tile.n0 + c.wg * 64 + c.warp * 16 + c.g - odd_g
+    for v2 in cutlass.range_constexpr(n_tok // 8):
+        m_local = 2 * c.q + 8 * v2 + odd_g
+        for v1 in cutlass.range_constexpr(2):
+            e = 2 * v1 + 4 * v2
+            mine = pack_f16x2(acc[e] * EPILOGUE_SCALE, acc[e + 1] * EPILOGUE_SCALE)
+            theirs = shfl_xor4(mine)
+            word = prmt(mine, theirs, selector)
+            offset = (cutlass.Int64(tile.t0 + m_local) * tile.n + n_col + 8 * v1) * 2
+            stg_b32_if(tile.c_ptr + offset, word, m_local < m_limit)
+    return read_state, token_buf
+
+
+@cute.jit
+def _produce(atom_a, tma_a, atom_b, tma_b, ptrs, descs_addr, tiles, tile_begin, tile_end, pipe, smem):
+    """Warp 0: per k-tile, TMA the weight and token FP4 tiles and bulk-copy their scale blocks."""
+    g_w = cute.local_tile(tma_b, (TILE_W, TILE_K // 2), (None, None))
+    g_a = cute.local_tile(tma_a, (MAX_TOKENS, TILE_K // 2), (None, None))
+    tWs, tWg = cpasync.tma_partition(
+        atom_b, 0, cute.make_layout(1), cute.group_modes(smem.w, 0, 2), cute.group_modes(g_w, 0, 2)
+    )
+    tAs, tAg = cpasync.tma_partition(
+        atom_a, 0, cute.make_layout(1), cute.group_modes(smem.a, 0, 2), cute.group_modes(g_a, 0, 2)
+    )
+    manager = utils.TensorMapManager(utils.TensorMapUpdateMode.GMEM, DESC_BYTES)
+    state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, NUM_STAGES)
+    last_group = cutlass.Int32(-1)
+    for t in range(tile_begin, tile_end):
+        g = tiles[t, 0]
+        n0 = tiles[t, 1]
+        t0 = tiles[t, 2]
+        m = tiles[t, 4]
+        k = tiles[t, 6]
+        desc_a = manager.get_tensormap_ptr(_desc_ptr(descs_addr, g, 0))
+        desc_b = manager.get_tensormap_ptr(_desc_ptr(descs_addr, g, 1))
+        if g != last_group:
+            manager.fence_tensormap_update(desc_a)
+            manager.fence_tensormap_update(desc_b)
+        last_group = g
+        sf_stride = cutlass.Int64(k // TILE_K) * SF_BLOCK_BYTES
+        sfw_src = ptrs[g, 4] + cutlass.Int64(n0 // 128) * sf_stride
+        sfa_src0 = ptrs[g, 3] + cutlass.Int64(t0 // 128) * sf_stride
+        # The second 128-token scale block exists only if the tile has more than 128 tokens;
+        # otherwise the first is loaded twice so the transaction size stays fixed (its rows
+        # only meet zero-filled tokens past M, whose outputs are never stored).
+        sfa_src1 = sfa_src0
+        if m - t0 > 128:
+            sfa_src1 = sfa_src0 + sf_stride
+        for kt in range(k // TILE_K):
+            pipe.producer_acquire(state)
+            bar = pipe.producer_get_barrier(state)
+            cute.copy(
+                atom_b,
+                tWg[(None, n0 // TILE_W, kt)],
+                tWs[(None, state.index)],
+                tma_bar_ptr=bar,
+                tma_desc_ptr=manager.get_tensormap_ptr(
+                    _desc_ptr(descs_addr, g, 1), cute.AddressSpace.generic
+                ),
+            )
+            cute.copy(
+                atom_a,
+                tAg[(None, t0 // MAX_TOKENS, kt)],
+                tAs[(None, state.index)],
+                tma_bar_ptr=bar,
+                tma_desc_ptr=manager.get_tensormap_ptr(
+                    _desc_ptr(descs_addr, g, 0), cute.AddressSpace.generic
+                ),
+            )
+            bar_addr = bar.toint()
+            kt_off = cutlass.Int64(kt) * SF_BLOCK_BYTES
+            sfa_dst = smem.sfa_addr + state.index * SFA_STAGE_BYTES
+            with cute.arch.elect_one():
+                bulk_copy_g2s(
+                    smem.sfw_addr + state.index * SF_BLOCK_BYTES,
+                    sfw_src + kt_off,
+                    SF_BLOCK_BYTES,
+                    bar_addr,
+                )
+                bulk_copy_g2s(sfa_dst, sfa_src0 + kt_off, SF_BLOCK_BYTES, bar_addr)
+                bulk_copy_g2s(sfa_dst + SF_BLOCK_BYTES, sfa_src1 + kt_off, SF_BLOCK_BYTES, bar_addr)
+            state.advance()
+    pipe.producer_tail(state)
+
+
+@cute.jit
+def _consume(ptrs, tiles, cta_tiles, bidx, pipe, smem, tidx, wg):
+    """Consumer warpgroups: walk the CTA's tiles, one loop per wgmma N variant.
+
+    The CTA's tiles are sorted by variant, so each variant is a separate loop rather than a
+    branch inside one loop: with eight accumulator shapes behind run-time branches ptxas ran out
+    of registers and serialized every wgmma; separate loops keep each one's registers apart.
+    """
+    wg_tid = tidx % 128
+    lane = tidx % 32
+    warp = wg_tid // 32
+    g = lane // 4
+    r0 = wg * 64 + warp * 16 + g
+    c = SimpleNamespace(
+        wg=wg,
+        wg_tid=wg_tid,
+        warp=warp,
+        g=g,
+        q=lane % 4,
+        unit_row0=(tidx - 128) >> 2,
+        odd_shift=(lane & 1) * 8,
+        rows=(r0, r0 + 8),
+        w_addr=smem.w_addr,
+        a_addr=smem.a_addr,
+        sfw_addr=smem.sfw_addr,
+        sfa_addr=smem.sfa_addr,
+        tokens_ptr=smem.tokens_ptr,
+        tokens_addr=smem.tokens_addr,
+    )
+    read_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, NUM_STAGES)
+    token_buf = cutlass.Int32(0)
+    for vi in cutlass.range_constexpr(len(VARIANTS)):
+        for t in range(cta_tiles[bidx, vi], cta_tiles[bidx, vi + 1]):
+            tile = SimpleNamespace(
+                n0=tiles[t, 1],
+                t0=tiles[t, 2],
+                m=tiles[t, 4],
+                n=tiles[t, 5],
+                k=tiles[t, 6],
+                c_ptr=ptrs[tiles[t, 0], 2],
+            )
+            read_state, token_buf = _consume_tile(VARIANTS[vi], c, tile, pipe, read_state, token_buf)
+
+
+@cute.kernel
+def _gemm_kernel(
+    atom_a: cute.CopyAtom,
+    tma_a: cute.Tensor,
+    atom_b: cute.CopyAtom,
+    tma_b: cute.Tensor,
+    ptrs: cute.Tensor,
+    descs_addr: cutlass.Int64,
+    tiles: cute.Tensor,
+    cta_tiles: cute.Tensor,
+):
+    tidx, _, _ = cute.arch.thread_idx()
+    bidx, _, _ = cute.arch.block_idx()
+    warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+    wg_idx = warp_idx // 4
+
+    allocator = utils.SmemAllocator()
+    storage = allocator.allocate(_Storage)
+    pipe = pipeline.PipelineTmaAsync.create(
+        barrier_storage=storage.barriers.data_ptr(),
+        num_stages=NUM_STAGES,
+        producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+        consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 8),
+        tx_count=TX_BYTES,
+    )
+    smem = SimpleNamespace(
+        w=storage.w.get_tensor(
+            cute.make_layout((TILE_W, TILE_K // 2, NUM_STAGES), stride=(32, 1, W_STAGE_BYTES))
+        ),
+        a=storage.a.get_tensor(
+            cute.make_layout((MAX_TOKENS, TILE_K // 2, NUM_STAGES), stride=(32, 1, A_STAGE_BYTES))
+        ),
+        w_addr=storage.w.data_ptr().toint(),
+        a_addr=storage.a.data_ptr().toint(),
+        sfw_addr=storage.sfw.data_ptr().toint(),
+        sfa_addr=storage.sfa.data_ptr().toint(),
+        tokens_ptr=storage.tokens.data_ptr(),
+        tokens_addr=storage.tokens.data_ptr().toint(),
+    )
+    tile_begin = cta_tiles[bidx, 0]
+    tile_end = cta_tiles[bidx, len(VARIANTS)]
+
+    if wg_idx == 0:
+        cute.arch.warpgroup_reg_dealloc(PRODUCER_REGS)
+        if warp_idx == 0:
+            _produce(
+                atom_a, tma_a, atom_b, tma_b, ptrs, descs_addr, tiles, tile_begin, tile_end, pipe, smem
+            )
+    else:
+        cute.arch.warpgroup_reg_alloc(CONSUMER_REGS)
+        _consume(ptrs, tiles, cta_tiles, bidx, pipe, smem, tidx, wg_idx - 1)
+
+
+@cute.jit
+def _launch_gemm(
+    a_template: cute.Tensor,
+    b_template: cute.Tensor,
+    ptrs: cute.Tensor,
+    descs_addr: cutlass.Int64,
+    tiles: cute.Tensor,
+    cta_tiles: cute.Tensor,
+    num_ctas: cutlass.Int32,
+    stream: cuda.CUstream,
+):
+    atom_a, tma_a = _tma_atom(a_template, MAX_TOKENS)
+    atom_b, tma_b = _tma_atom(b_template, TILE_W)
+    _gemm_kernel(atom_a, tma_a, atom_b, tma_b, ptrs, descs_addr, tiles, cta_tiles).launch(
+        grid=(num_ctas, 1, 1),
+        block=(NUM_THREADS, 1, 1),
+        smem=_Storage.size_in_bytes(),
+        min_blocks_per_mp=1,
+        stream=stream,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Host side
+# ---------------------------------------------------------------------------------------------
+def build_schedule(sizes, num_sms):
+    """Tile records (int32 [T, 8]) ordered by CTA then variant, and per-CTA variant offsets
+    (int32 [P, len(VARIANTS) + 1]): CTA b runs variant v on records [off[b, v], off[b, v + 1])."""
+    tiles = []
+    for grp, (m, n, k) in enumerate(sizes):
+        for t0 in range(0, m, MAX_TOKENS):
+            variant = (min(MAX_TOKENS, m - t0) + TOKEN_STEP - 1) // TOKEN_STEP - 1
+            cost = k * (VARIANTS[variant] + TILE_OVERHEAD)
+            for n0 in range(0, n, TILE_W):
+                tiles.append((cost, (grp, n0, t0, variant, m, n, k, 0)))
+    num_ctas = min(num_sms, len(tiles))
+    loads = [0] * num_ctas
+    assigned = [[] for _ in range(num_ctas)]
+    # Longest processing time first: biggest tile to the least loaded CTA.
+    for cost, rec in sorted(tiles, key=lambda t: -t[0]):
+        cta = min(range(num_ctas), key=loads.__getitem__)
+        loads[cta] += cost
+        assigned[cta].append(rec)
+    records, offsets = [], []
+    for lst in assigned:
+        row = [len(records)]
+        for v in range(len(VARIANTS)):
+            records.extend(sorted((r for r in lst if r[3] == v), key=lambda r: (r[0], r[2], r[1])))
+            row.append(len(records))
+        offsets.append(row)
+    return records, offsets
+
+
+def _as_uint8_2d(t):
+    return t.view(torch.uint8)[:, :, 0]
+
+
+def _dyn(t):
+    return from_dlpack(t, assumed_align=16).mark_layout_dynamic()
+
+
+_compiled = {}
+
+
+def _compiled_fn(name, fn, *args):
+    if name not in _compiled:
+        _compiled[name] = cute.compile(fn, *args)
+    return _compiled[name]
+
+
+def make_sm90_launcher(plan):
+    """Build everything once per plan; return launcher(stream) that only enqueues the GEMM.
+
+    `stream` is a `cuda.bindings.driver.CUstream` (an int handle is converted).
+    """
+    sizes = [tuple(int(v) for v in s) for s in plan.sizes]
+    for m, n, k in sizes:
+        if m < 1 or n % TILE_W or k % (2 * TILE_K):
+            raise ValueError(f"sm90 kernel needs M >= 1, N % {TILE_W} == 0, K % 128 == 0: {(m, n, k)}")
+    device = plan.device
+    num_sms = torch.cuda.get_device_properties(device).multi_processor_count
+    records, offsets = build_schedule(sizes, num_sms)
+
+    a0, b0, _ = plan.inputs[0][0]
+    a_template = _dyn(_as_uint8_2d(a0))
+    b_template = _dyn(_as_uint8_2d(b0))
+    ptrs = _dyn(plan.pointers)
+    sizes_dev = plan.problem_sizes
+    descs = torch.empty((len(sizes), 2, DESC_BYTES // 8), dtype=torch.int64, device=device)
+    tiles = torch.tensor(records, dtype=torch.int32, device=device)
+    cta_tiles = torch.tensor(offsets, dtype=torch.int32, device=device)
+    num_ctas = len(offsets)
+
+    stream = cuda.CUstream(torch.cuda.current_stream(device).cuda_stream)
+    init = _compiled_fn(
+        "init", _init_descs, a_template, b_template, ptrs, _dyn(sizes_dev),
+        descs.data_ptr(), len(sizes), stream,
+    )
+    init(a_template, b_template, ptrs, _dyn(sizes_dev), descs.data_ptr(), len(sizes), stream)
+
+    args = (a_template, b_template, ptrs, descs.data_ptr(), _dyn(tiles), _dyn(cta_tiles), num_ctas)
+    gemm = _compiled_fn("gemm", _launch_gemm, *args, stream)
+    keep_alive = (descs, tiles, cta_tiles, plan)
+
+    def launcher(stream):
+        if not isinstance(stream, cuda.CUstream):
+            stream = cuda.CUstream(stream)
+        gemm(*args, stream)
+
+    launcher.keep_alive = keep_alive
+    return launcher
