@@ -1,4 +1,5 @@
-"""reference.py against independent computations written here (CPU; CUDA-only checks: test_cuda.py)."""
+"""reference.py against independent computations written here; runs on the CPU, and with CUDA on
+the board's GPU inputs (eval.py's GPU-only runs: test_cuda.py)."""
 import math
 
 import numpy as np
@@ -50,13 +51,14 @@ SIZES = [  # (m, n, k): M not a multiple of 128, several groups, K a multiple of
 
 @pytest.mark.parametrize("m, n, k", SIZES)
 def test_reference_equals_float64_gold_standard(m, n, k):
+    # On the device the data are on: the CPU, or with CUDA the board's inputs on the GPU.
     data = reference.generate_input(m=m, n=n, k=k, g=len(m), seed=1234)
     expected = gemm_np(data)
     output = reference.ref_kernel(data)
     assert len(output) == len(m)
     for got, want in zip(output, expected):
         assert got.dtype == torch.float16
-        assert np.array_equal(got[:, :, 0].numpy(), want)  # bitwise: both are exact then rounded once
+        assert np.array_equal(got[:, :, 0].cpu().numpy(), want)  # bitwise: both exact, rounded once
         assert np.abs(want).max() > 8  # the data are not degenerate
 
 
@@ -132,7 +134,7 @@ def test_reordered_scales_are_the_blocked_layout_with_random_padding():
     # The reordered tensor is a permuted view of a contiguous (1, rest_m, rest_k, 32, 4, 4) buffer.
     buffer = sfa_reordered.permute(5, 2, 4, 0, 1, 3)
     assert buffer.is_contiguous()
-    got = buffer.reshape(-1).float().numpy()
+    got = buffer.reshape(-1).float().cpu().numpy()
     blocked = to_blocked_np(sfa)
     real = blocked != 0  # the board's to_blocked pads with zeros; real scales are 1 or 2
     assert np.array_equal(got[real], blocked[real])
