@@ -74,26 +74,22 @@ from cutlass.cutlass_dsl import T, dsl_user_op
 # Configuration
 # ---------------------------------------------------------------------------------------------
 TILE_W = 128  # weight rows per CTA tile (2 consumer warpgroups x wgmma M=64)
-TILE_K = 64  # k per pipeline stage (32 bytes of FP4 per row, 4 scale columns)
+TILE_K = 64  # k per pipeline stage: 32 B of FP4 weights per row, one 128B-swizzle row of fp16
 MAX_TOKENS = 256  # tokens per CTA tile (largest wgmma N)
 TOKEN_STEP = 32  # granularity of the compiled wgmma N variants
 VARIANTS = tuple(range(TOKEN_STEP, MAX_TOKENS + 1, TOKEN_STEP))
-NUM_STAGES = 8
-NUM_TOKEN_BUFS = 3
+NUM_STAGES = 6
 TILE_OVERHEAD = 64  # per-tile fixed cost for the scheduler, in token-columns of MMA work
 
 W_STAGE_BYTES = TILE_W * TILE_K // 2
-A_STAGE_BYTES = MAX_TOKENS * TILE_K // 2
-SF_BLOCK_BYTES = 512  # one 128-row x 4-column block of the blocked scale layout
-SFA_STAGE_BYTES = 2 * SF_BLOCK_BYTES  # 256 tokens span two 128-row blocks
-TX_BYTES = W_STAGE_BYTES + A_STAGE_BYTES + SF_BLOCK_BYTES + SFA_STAGE_BYTES
-TOKEN_BUF_ELEMS = MAX_TOKENS * TILE_K
+SF_BLOCK_BYTES = 512  # one 128-row x 4-column block of the blocked scale layout = one k-tile
+TOKEN_STAGE_ELEMS = MAX_TOKENS * TILE_K
+TX_BYTES = W_STAGE_BYTES + SF_BLOCK_BYTES + 2 * TOKEN_STAGE_ELEMS
 DESC_BYTES = 128
-TILE_FIELDS = 8  # (group, n0, t0, variant, m, n, k, pad) per tile record
 NUM_THREADS = 384
 PRODUCER_REGS = 40
 CONSUMER_REGS = 232
-CONSUMER_BARRIER_ID = 1
+PREP_THREADS = 128
 EPILOGUE_SCALE = 16384.0  # 2^14 undoes the 2^-7 carried by each fp16 operand
 
 
@@ -129,13 +125,6 @@ def lds_u8(addr, *, loc=None, ip=None):
 
 
 @dsl_user_op
-def lds_b32(addr, *, loc=None, ip=None):
-    return cutlass.Int32(
-        _asm(T.i32(), [_i32(addr, loc, ip)], "ld.shared.b32 $0, [$1];", "=r,r", True)
-    )
-
-
-@dsl_user_op
 def lds_v2(addr, *, loc=None, ip=None):
     res = _asm(
         llvm.StructType.get_literal([T.i32(), T.i32()]),
@@ -145,17 +134,6 @@ def lds_v2(addr, *, loc=None, ip=None):
         True,
     )
     return _unpack(res, 2)
-
-
-@dsl_user_op
-def sts_v4(addr, v0, v1, v2, v3, *, loc=None, ip=None):
-    _asm(
-        None,
-        [_i32(a, loc, ip) for a in (addr, v0, v1, v2, v3)],
-        "st.shared.v4.b32 [$0], {$1, $2, $3, $4};",
-        "r,r,r,r,r",
-        True,
-    )
 
 
 @dsl_user_op
@@ -280,18 +258,49 @@ def pack_f16x2(lo, hi, *, loc=None, ip=None):
     )
 
 
-def _tma_atom(template, rows):
-    """TMA load atom for a (rows x 32 B) box of a row-major uint8 matrix, no swizzle."""
-    smem_layout = cute.make_layout((rows, TILE_K // 2), stride=(TILE_K // 2, 1))
-    return cpasync.make_tiled_tma_atom(
-        cpasync.CopyBulkTensorTileG2SOp(), template, smem_layout, (rows, TILE_K // 2)
+@dsl_user_op
+def ldg_v4(addr, *, loc=None, ip=None):
+    res = _asm(
+        llvm.StructType.get_literal([T.i32()] * 4),
+        [cutlass.Int64(addr).ir_value(loc=loc, ip=ip)],
+        "ld.global.nc.v4.b32 {$0, $1, $2, $3}, [$4];",
+        "=r,=r,=r,=r,l",
+        True,
+    )
+    return _unpack(res, 4)
+
+
+@dsl_user_op
+def ldg_b32(addr, *, loc=None, ip=None):
+    return cutlass.Int32(
+        _asm(
+            T.i32(),
+            [cutlass.Int64(addr).ir_value(loc=loc, ip=ip)],
+            "ld.global.nc.b32 $0, [$1];",
+            "=r,l",
+            True,
+        )
     )
 
 
-def _fp4_matrix(addr, rows, row_bytes):
-    """Row-major (rows x row_bytes) uint8 view of packed FP4 data at global address `addr`."""
-    ptr = cute.make_ptr(cutlass.Uint8, addr, cute.AddressSpace.gmem, assumed_align=16)
-    return cute.make_tensor(ptr, cute.make_layout((rows, row_bytes), stride=(row_bytes, 1)))
+@dsl_user_op
+def stg_v4(addr, v0, v1, v2, v3, *, loc=None, ip=None):
+    _asm(
+        None,
+        [cutlass.Int64(addr).ir_value(loc=loc, ip=ip)] + [_i32(v, loc, ip) for v in (v0, v1, v2, v3)],
+        "st.global.v4.b32 [$0], {$1, $2, $3, $4};",
+        "l,r,r,r,r",
+        True,
+    )
+
+
+def _sf_offset(row, k_tile, k_tiles):
+    """Byte offset of the 4 scales (k_tile*4 .. +3) of `row` in the 128x4 blocked layout."""
+    return (
+        (cutlass.Int64(row >> 7) * k_tiles + k_tile) * SF_BLOCK_BYTES
+        + (row & 31) * 16
+        + ((row >> 5) & 3) * 4
+    )
 
 
 def _desc_ptr(descs_addr, group, which):
@@ -299,48 +308,114 @@ def _desc_ptr(descs_addr, group, which):
     return cute.make_ptr(cutlass.Int64, addr, cute.AddressSpace.gmem, assumed_align=DESC_BYTES)
 
 
+def _matrix(dtype, addr, rows, cols):
+    """Row-major (rows x cols) global tensor at address `addr`."""
+    ptr = cute.make_ptr(dtype, addr, cute.AddressSpace.gmem, assumed_align=16)
+    return cute.make_tensor(ptr, cute.make_layout((rows, cols), stride=(cols, 1)))
+
+
+def _token_smem_layout(rows, stages):
+    """(rows, 64 k, stages) fp16 K-major with 128B swizzle, stages at the stride of a full
+    MAX_TOKENS-row stage (a variant uses the first `rows` rows of each stage)."""
+    atom = warpgroup.make_smem_layout_atom(warpgroup.SmemLayoutAtomKind.K_SW128, cutlass.Float16)
+    one = cute.tile_to_shape(atom, (rows, TILE_K), order=(0, 1))
+    staged = cute.make_layout(
+        (*one.outer.shape, stages), stride=(*one.outer.stride, TOKEN_STAGE_ELEMS)
+    )
+    return one, staged
+
+
+def _tma_atoms(w_template, tok_template):
+    """TMA atoms: weights (128 rows x 32 B, no swizzle), tokens (256 rows x 64 fp16, SW128)."""
+    w_smem = cute.make_layout((TILE_W, TILE_K // 2), stride=(TILE_K // 2, 1))
+    atom_w, tma_w = cpasync.make_tiled_tma_atom(
+        cpasync.CopyBulkTensorTileG2SOp(), w_template, w_smem, (TILE_W, TILE_K // 2)
+    )
+    tok_smem, _ = _token_smem_layout(MAX_TOKENS, 1)
+    atom_t, tma_t = cpasync.make_tiled_tma_atom(
+        cpasync.CopyBulkTensorTileG2SOp(), tok_template, tok_smem, (MAX_TOKENS, TILE_K)
+    )
+    return atom_w, tma_w, atom_t, tma_t
+
+
 # ---------------------------------------------------------------------------------------------
 # Descriptor workspace initialisation (once per plan)
 # ---------------------------------------------------------------------------------------------
 @cute.kernel
 def _init_desc_kernel(
-    atom_a: cute.CopyAtom,
-    atom_b: cute.CopyAtom,
+    atom_w: cute.CopyAtom,
+    atom_t: cute.CopyAtom,
     ptrs: cute.Tensor,
     sizes: cute.Tensor,
+    tok_ptrs: cute.Tensor,
     descs_addr: cutlass.Int64,
 ):
     g, _, _ = cute.arch.block_idx()
     m = sizes[g, 0]
     n = sizes[g, 1]
-    kb = sizes[g, 2] // 2
+    k = sizes[g, 2]
     manager = utils.TensorMapManager(utils.TensorMapUpdateMode.GMEM, DESC_BYTES)
-    tensors = (_fp4_matrix(ptrs[g, 0], m, kb), _fp4_matrix(ptrs[g, 1], n, kb))
+    tensors = (
+        _matrix(cutlass.Float16, tok_ptrs[g], m, k),
+        _matrix(cutlass.Uint8, ptrs[g, 1], n, k // 2),
+    )
     dst = (
         manager.get_tensormap_ptr(_desc_ptr(descs_addr, g, 0)),
         manager.get_tensormap_ptr(_desc_ptr(descs_addr, g, 1)),
     )
-    manager.init_tensormap_from_atom(atom_a, dst[0], 0)
-    manager.init_tensormap_from_atom(atom_b, dst[1], 0)
+    manager.init_tensormap_from_atom(atom_t, dst[0], 0)
+    manager.init_tensormap_from_atom(atom_w, dst[1], 0)
     manager.fence_tensormap_initialization()
-    manager.update_tensormap(tensors, (atom_a, atom_b), dst, 0, (None, None))
+    manager.update_tensormap(tensors, (atom_t, atom_w), dst, 0, (None, None))
 
 
 @cute.jit
 def _init_descs(
-    a_template: cute.Tensor,
-    b_template: cute.Tensor,
+    w_template: cute.Tensor,
+    tok_template: cute.Tensor,
     ptrs: cute.Tensor,
     sizes: cute.Tensor,
+    tok_ptrs: cute.Tensor,
     descs_addr: cutlass.Int64,
     num_groups: cutlass.Int32,
     stream: cuda.CUstream,
 ):
-    atom_a, _ = _tma_atom(a_template, MAX_TOKENS)
-    atom_b, _ = _tma_atom(b_template, TILE_W)
-    _init_desc_kernel(atom_a, atom_b, ptrs, sizes, descs_addr).launch(
+    atom_w, _, atom_t, _ = _tma_atoms(w_template, tok_template)
+    _init_desc_kernel(atom_w, atom_t, ptrs, sizes, tok_ptrs, descs_addr).launch(
         grid=(num_groups, 1, 1), block=(32, 1, 1), stream=stream
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Token pre-pass: FP4 tokens x scales -> fp16 (x 2^-7), k permuted within each 64-k tile
+# ---------------------------------------------------------------------------------------------
+@cute.kernel
+def _token_kernel(ptrs: cute.Tensor, sizes: cute.Tensor, tok_ptrs: cute.Tensor):
+    """One thread per (row, 64-k tile): 32 B of FP4 + 4 scales in, 128 B of fp16 out.
+
+    Output chunk c = 2j + s (8 fp16, logical k 16j + 8s .. +7) holds, at positions 2q', 2q'+1,
+    output o = 2 (j % 2) + s of word W[2q' + j // 2] of the row's 8 words: the same k
+    permutation as the weights' wgmma fragments (see _consume_tile)."""
+    tidx, _, _ = cute.arch.thread_idx()
+    bx, g, _ = cute.arch.block_idx()
+    m = sizes[g, 0]
+    k = sizes[g, 2]
+    k_tiles = k // TILE_K
+    u = bx * PREP_THREADS + tidx
+    if u < m * k_tiles:
+        row = u // k_tiles
+        kt = u - row * k_tiles
+        src = ptrs[g, 0] + cutlass.Int64(row) * (k // 2) + kt * (TILE_K // 2)
+        words = ldg_v4(src) + ldg_v4(src + 16)
+        sf_word = ldg_b32(ptrs[g, 3] + _sf_offset(row, kt, k_tiles))
+        outs = [
+            dequant_fp4(words[i], scale_pair(sf_word, i // 2), (0, 1, 2, 3)) for i in range(8)
+        ]
+        dst = tok_ptrs[g] + (cutlass.Int64(row) * k + kt * TILE_K) * 2
+        for c in cutlass.range_constexpr(8):
+            j, s = c // 2, c % 2
+            o, w = 2 * (j % 2) + s, j // 2
+            stg_v4(dst + 16 * c, *[outs[2 * qq + w][o] for qq in range(4)])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -359,32 +434,19 @@ def _tiled_mma(n):
     )
 
 
-def _token_buf_layout(n):
-    """(n tokens, 64 k, NUM_TOKEN_BUFS) fp16, K-major 128B swizzle; buffers at a fixed stride so
-    every variant's buffer i lies inside the same region (the ring's reuse argument needs it)."""
-    atom = warpgroup.make_smem_layout_atom(warpgroup.SmemLayoutAtomKind.K_SW128, cutlass.Float16)
-    one = cute.tile_to_shape(atom, (n, TILE_K), order=(0, 1))
-    staged = cute.make_layout(
-        (*one.outer.shape, NUM_TOKEN_BUFS), stride=(*one.outer.stride, TOKEN_BUF_ELEMS)
-    )
-    return one.inner, staged
-
-
 @cute.struct
 class _Storage:
     barriers: cute.struct.MemRange[cutlass.Int64, 2 * NUM_STAGES]
-    w: cute.struct.Align[cute.struct.MemRange[cutlass.Uint8, NUM_STAGES * W_STAGE_BYTES], 1024]
-    a: cute.struct.Align[cute.struct.MemRange[cutlass.Uint8, NUM_STAGES * A_STAGE_BYTES], 1024]
-    sfw: cute.struct.Align[cute.struct.MemRange[cutlass.Uint8, NUM_STAGES * SF_BLOCK_BYTES], 128]
-    sfa: cute.struct.Align[cute.struct.MemRange[cutlass.Uint8, NUM_STAGES * SFA_STAGE_BYTES], 128]
     tokens: cute.struct.Align[
-        cute.struct.MemRange[cutlass.Float16, NUM_TOKEN_BUFS * TOKEN_BUF_ELEMS], 1024
+        cute.struct.MemRange[cutlass.Float16, NUM_STAGES * TOKEN_STAGE_ELEMS], 1024
     ]
+    w: cute.struct.Align[cute.struct.MemRange[cutlass.Uint8, NUM_STAGES * W_STAGE_BYTES], 1024]
+    sfw: cute.struct.Align[cute.struct.MemRange[cutlass.Uint8, NUM_STAGES * SF_BLOCK_BYTES], 128]
 
 
 @cute.jit
-def _consume_tile(n_tok, c, tile, pipe, read_state, token_buf):
-    """Mainloop + epilogue of one tile with wgmma N = n_tok; returns the carried state."""
+def _consume_tile(n_tok, c, tile, pipe, read_state, release_state):
+    """Mainloop + epilogue of one tile with wgmma N = n_tok; returns the pipeline states."""
     tiled_mma = _tiled_mma(n_tok)
     thr_mma = tiled_mma.get_slice(c.wg_tid)
     acc = cute.make_rmem_tensor(
@@ -393,51 +455,23 @@ def _consume_tile(n_tok, c, tile, pipe, read_state, token_buf):
     frag_shape = thr_mma.partition_A(cute.make_identity_tensor((64, TILE_K))).shape
     frags = [tiled_mma.make_fragment_A(frag_shape) for _ in range(2)]
     frags32 = [cute.recast_tensor(f, cutlass.Int32) for f in frags]
-    swizzle, buf_layout = _token_buf_layout(n_tok)
-    s_tok = cute.make_tensor(
-        cute.recast_ptr(c.tokens_ptr, swizzle, dtype=cutlass.Float16), buf_layout
-    )
+    one, staged = _token_smem_layout(n_tok, NUM_STAGES)
+    s_tok = cute.make_tensor(cute.recast_ptr(c.tokens_ptr, one.inner, dtype=cutlass.Float16), staged)
     tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(s_tok))
     tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
     acc.fill(0.0)
 
-    k_tiles = tile.k // TILE_K
-    for _kt2 in range(k_tiles // 2):
+    # Two A fragments alternate so the dequantization of k-tile i+1 overlaps wgmma i.
+    for kt2 in range(tile.k // (2 * TILE_K)):
         for par in cutlass.range_constexpr(2):
             pipe.consumer_wait(read_state)
             stage = read_state.index
+            # Weights -> wgmma A fragments.  Thread (g, q) of warp w holds rows r = 16w + g and
+            # r + 8, k pairs 2q, 2q+1 and 2q+8, 2q+9 of each k16 block: those are fed from
+            # bytes 8q..8q+7 of the row (two words; word w, output o -> k16 block 2w + o // 2,
+            # pair o % 2), whose scale is column q of the k-tile's four.
             w_base = c.w_addr + stage * W_STAGE_BYTES
-            a_base = c.a_addr + stage * A_STAGE_BYTES
             sfw_base = c.sfw_addr + stage * SF_BLOCK_BYTES
-            sfa_base = c.sfa_addr + stage * SFA_STAGE_BYTES
-            tok_base = c.tokens_addr + token_buf * (TOKEN_BUF_ELEMS * 2)
-
-            # Token tile -> fp16 ring buffer.  This thread handles k16 block j = q of rows
-            # row0 + 64 i: words W[2q' + j // 2] (bytes 4 (j // 2) + 8 q') of a row give its two
-            # 16-byte chunks (j, s); shifting the word left by 8 for odd j turns outputs (2, 3)
-            # into outputs (0, 1).
-            for i in cutlass.range_constexpr((n_tok + 63) // 64):
-                row = c.unit_row0 + 64 * i
-                if cutlass.const_expr(n_tok % 64 == 0) or row < n_tok:
-                    row_addr = a_base + row * (TILE_K // 2) + (c.q >> 1) * 4
-                    sf_word = lds_b32(
-                        sfa_base
-                        + (row >> 7) * SF_BLOCK_BYTES
-                        + (row & 31) * 16
-                        + ((row >> 5) & 3) * 4
-                    )
-                    chunks = [[], []]
-                    for qq in cutlass.range_constexpr(4):
-                        word = lds_b32(row_addr + 8 * qq) << c.odd_shift
-                        pair = dequant_fp4(word, scale_pair(sf_word, qq), (0, 1))
-                        chunks[0].append(pair[0])
-                        chunks[1].append(pair[1])
-                    for s in cutlass.range_constexpr(2):
-                        chunk = 2 * c.q + s
-                        addr = tok_base + row * 128 + ((chunk ^ (row & 7)) << 4)
-                        sts_v4(addr, *chunks[s])
-
-            # Weights -> wgmma A fragments: rows r0, r0 + 8, bytes 8q..8q+7 of the stage row.
             r_words = [lds_v2(w_base + r * (TILE_K // 2) + 8 * c.q) for r in c.rows]
             r_scales = [
                 scale_pair(lds_u8(sfw_base + (r & 31) * 16 + (r >> 5) * 4 + c.q), 0)
@@ -447,33 +481,26 @@ def _consume_tile(n_tok, c, tile, pipe, read_state, token_buf):
                 for w in cutlass.range_constexpr(2):
                     vals = dequant_fp4(r_words[rs][w], r_scales[rs], (0, 1, 2, 3))
                     for o in cutlass.range_constexpr(4):
-                        kb = 2 * w + o // 2
-                        frags32[par][rs + 2 * (o % 2) + 4 * kb] = vals[o]
-
-            cute.arch.fence_proxy(
-                cute.arch.ProxyKind.async_shared, space=cute.arch.SharedSpace.shared_cta
-            )
-            pipe.consumer_release(read_state)
-            read_state.advance()
-            cute.arch.barrier(barrier_id=CONSUMER_BARRIER_ID, number_of_threads=256)
+                        frags32[par][rs + 2 * (o % 2) + 4 * (2 * w + o // 2)] = vals[o]
 
             warpgroup.fence()
             for kb in cutlass.range_constexpr(TILE_K // 16):
                 cute.gemm(
-                    tiled_mma,
-                    acc,
-                    frags[par][None, None, kb],
-                    tCrB[None, None, kb, token_buf],
-                    acc,
+                    tiled_mma, acc, frags[par][None, None, kb], tCrB[None, None, kb, stage], acc
                 )
             warpgroup.commit_group()
             warpgroup.wait_group(1)
-            token_buf = token_buf + 1
-            if token_buf == NUM_TOKEN_BUFS:
-                token_buf = cutlass.Int32(0)
+            # wgmma of the previous k-tile has retired: its stage may be refilled.
+            if cutlass.const_expr(par == 1) or kt2 > 0:
+                pipe.consumer_release(release_state)
+                release_state.advance()
+            read_state.advance()
     warpgroup.wait_group(0)
+    pipe.consumer_release(release_state)
+    release_state.advance()
 
     # Epilogue: acc element (v0, v1, v2) is weight row 16*warp + g + 8*v1, token 2q + v0 + 8*v2.
+    # Lanes g and g^1 swap halves so each stores two adjacent n of one token row (4 bytes).
     odd_g = c.g & 1
     selector = odd_g * (0x3276 - 0x5410) + 0x5410
     m_limit = tile.m - tile.t0
@@ -483,23 +510,23 @@ def _consume_tile(n_tok, c, tile, pipe, read_state, token_buf):
         for v1 in cutlass.range_constexpr(2):
             e = 2 * v1 + 4 * v2
             mine = pack_f16x2(acc[e] * EPILOGUE_SCALE, acc[e + 1] * EPILOGUE_SCALE)
-            theirs = shfl_xor4(mine)
-            word = prmt(mine, theirs, selector)
+            word = prmt(mine, shfl_xor4(mine), selector)
             offset = (cutlass.Int64(tile.t0 + m_local) * tile.n + n_col + 8 * v1) * 2
             stg_b32_if(tile.c_ptr + offset, word, m_local < m_limit)
-    return read_state, token_buf
+    return read_state, release_state
 
 
 @cute.jit
-def _produce(atom_a, tma_a, atom_b, tma_b, ptrs, descs_addr, tiles, tile_begin, tile_end, pipe, smem):
-    """Warp 0: per k-tile, TMA the weight and token FP4 tiles and bulk-copy their scale blocks."""
-    g_w = cute.local_tile(tma_b, (TILE_W, TILE_K // 2), (None, None))
-    g_a = cute.local_tile(tma_a, (MAX_TOKENS, TILE_K // 2), (None, None))
+def _produce(atom_w, tma_w, atom_t, tma_t, ptrs, descs_addr, tiles, tile_begin, tile_end, pipe, smem):
+    """Warp 0: per k-tile, TMA the weight FP4 tile and the fp16 token tile, bulk-copy the
+    weight scale block (one contiguous 512 B run per 128 rows x 64 k)."""
+    g_w = cute.local_tile(tma_w, (TILE_W, TILE_K // 2), (None, None))
+    g_t = cute.local_tile(tma_t, (MAX_TOKENS, TILE_K), (None, None))
     tWs, tWg = cpasync.tma_partition(
-        atom_b, 0, cute.make_layout(1), cute.group_modes(smem.w, 0, 2), cute.group_modes(g_w, 0, 2)
+        atom_w, 0, cute.make_layout(1), cute.group_modes(smem.w, 0, 2), cute.group_modes(g_w, 0, 2)
     )
-    tAs, tAg = cpasync.tma_partition(
-        atom_a, 0, cute.make_layout(1), cute.group_modes(smem.a, 0, 2), cute.group_modes(g_a, 0, 2)
+    tTs, tTg = cpasync.tma_partition(
+        atom_t, 0, cute.make_layout(1), cute.group_modes(smem.tokens, 0, 2), cute.group_modes(g_t, 0, 2)
     )
     manager = utils.TensorMapManager(utils.TensorMapUpdateMode.GMEM, DESC_BYTES)
     state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, NUM_STAGES)
@@ -508,56 +535,38 @@ def _produce(atom_a, tma_a, atom_b, tma_b, ptrs, descs_addr, tiles, tile_begin, 
         g = tiles[t, 0]
         n0 = tiles[t, 1]
         t0 = tiles[t, 2]
-        m = tiles[t, 4]
         k = tiles[t, 6]
-        desc_a = manager.get_tensormap_ptr(_desc_ptr(descs_addr, g, 0))
-        desc_b = manager.get_tensormap_ptr(_desc_ptr(descs_addr, g, 1))
+        desc_t = _desc_ptr(descs_addr, g, 0)
+        desc_w = _desc_ptr(descs_addr, g, 1)
         if g != last_group:
-            manager.fence_tensormap_update(desc_a)
-            manager.fence_tensormap_update(desc_b)
+            manager.fence_tensormap_update(manager.get_tensormap_ptr(desc_t))
+            manager.fence_tensormap_update(manager.get_tensormap_ptr(desc_w))
         last_group = g
-        sf_stride = cutlass.Int64(k // TILE_K) * SF_BLOCK_BYTES
-        sfw_src = ptrs[g, 4] + cutlass.Int64(n0 // 128) * sf_stride
-        sfa_src0 = ptrs[g, 3] + cutlass.Int64(t0 // 128) * sf_stride
-        # The second 128-token scale block exists only if the tile has more than 128 tokens;
-        # otherwise the first is loaded twice so the transaction size stays fixed (its rows
-        # only meet zero-filled tokens past M, whose outputs are never stored).
-        sfa_src1 = sfa_src0
-        if m - t0 > 128:
-            sfa_src1 = sfa_src0 + sf_stride
-        for kt in range(k // TILE_K):
+        k_tiles = k // TILE_K
+        for kt in range(k_tiles):
             pipe.producer_acquire(state)
             bar = pipe.producer_get_barrier(state)
             cute.copy(
-                atom_b,
+                atom_w,
                 tWg[(None, n0 // TILE_W, kt)],
                 tWs[(None, state.index)],
                 tma_bar_ptr=bar,
-                tma_desc_ptr=manager.get_tensormap_ptr(
-                    _desc_ptr(descs_addr, g, 1), cute.AddressSpace.generic
-                ),
+                tma_desc_ptr=manager.get_tensormap_ptr(desc_w, cute.AddressSpace.generic),
             )
             cute.copy(
-                atom_a,
-                tAg[(None, t0 // MAX_TOKENS, kt)],
-                tAs[(None, state.index)],
+                atom_t,
+                tTg[(None, t0 // MAX_TOKENS, kt)],
+                tTs[(None, state.index)],
                 tma_bar_ptr=bar,
-                tma_desc_ptr=manager.get_tensormap_ptr(
-                    _desc_ptr(descs_addr, g, 0), cute.AddressSpace.generic
-                ),
+                tma_desc_ptr=manager.get_tensormap_ptr(desc_t, cute.AddressSpace.generic),
             )
-            bar_addr = bar.toint()
-            kt_off = cutlass.Int64(kt) * SF_BLOCK_BYTES
-            sfa_dst = smem.sfa_addr + state.index * SFA_STAGE_BYTES
             with cute.arch.elect_one():
                 bulk_copy_g2s(
                     smem.sfw_addr + state.index * SF_BLOCK_BYTES,
-                    sfw_src + kt_off,
+                    ptrs[g, 4] + _sf_offset(n0, kt, k_tiles),
                     SF_BLOCK_BYTES,
-                    bar_addr,
+                    bar.toint(),
                 )
-                bulk_copy_g2s(sfa_dst, sfa_src0 + kt_off, SF_BLOCK_BYTES, bar_addr)
-                bulk_copy_g2s(sfa_dst + SF_BLOCK_BYTES, sfa_src1 + kt_off, SF_BLOCK_BYTES, bar_addr)
             state.advance()
     pipe.producer_tail(state)
 
@@ -581,18 +590,13 @@ def _consume(ptrs, tiles, cta_tiles, bidx, pipe, smem, tidx, wg):
         warp=warp,
         g=g,
         q=lane % 4,
-        unit_row0=(tidx - 128) >> 2,
-        odd_shift=(lane & 1) * 8,
         rows=(r0, r0 + 8),
         w_addr=smem.w_addr,
-        a_addr=smem.a_addr,
         sfw_addr=smem.sfw_addr,
-        sfa_addr=smem.sfa_addr,
         tokens_ptr=smem.tokens_ptr,
-        tokens_addr=smem.tokens_addr,
     )
     read_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, NUM_STAGES)
-    token_buf = cutlass.Int32(0)
+    release_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, NUM_STAGES)
     for vi in cutlass.range_constexpr(len(VARIANTS)):
         for t in range(cta_tiles[bidx, vi], cta_tiles[bidx, vi + 1]):
             tile = SimpleNamespace(
@@ -603,15 +607,17 @@ def _consume(ptrs, tiles, cta_tiles, bidx, pipe, smem, tidx, wg):
                 k=tiles[t, 6],
                 c_ptr=ptrs[tiles[t, 0], 2],
             )
-            read_state, token_buf = _consume_tile(VARIANTS[vi], c, tile, pipe, read_state, token_buf)
+            read_state, release_state = _consume_tile(
+                VARIANTS[vi], c, tile, pipe, read_state, release_state
+            )
 
 
 @cute.kernel
 def _gemm_kernel(
-    atom_a: cute.CopyAtom,
-    tma_a: cute.Tensor,
-    atom_b: cute.CopyAtom,
-    tma_b: cute.Tensor,
+    atom_w: cute.CopyAtom,
+    tma_w: cute.Tensor,
+    atom_t: cute.CopyAtom,
+    tma_t: cute.Tensor,
     ptrs: cute.Tensor,
     descs_addr: cutlass.Int64,
     tiles: cute.Tensor,
@@ -620,59 +626,58 @@ def _gemm_kernel(
     tidx, _, _ = cute.arch.thread_idx()
     bidx, _, _ = cute.arch.block_idx()
     warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
-    wg_idx = warp_idx // 4
 
-    allocator = utils.SmemAllocator()
-    storage = allocator.allocate(_Storage)
+    storage = utils.SmemAllocator().allocate(_Storage)
     pipe = pipeline.PipelineTmaAsync.create(
         barrier_storage=storage.barriers.data_ptr(),
         num_stages=NUM_STAGES,
         producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
-        consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 8),
+        consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 8),  # lane 0 of 8 warps
         tx_count=TX_BYTES,
     )
+    one, staged = _token_smem_layout(MAX_TOKENS, NUM_STAGES)
     smem = SimpleNamespace(
         w=storage.w.get_tensor(
-            cute.make_layout((TILE_W, TILE_K // 2, NUM_STAGES), stride=(32, 1, W_STAGE_BYTES))
+            cute.make_layout((TILE_W, TILE_K // 2, NUM_STAGES), stride=(TILE_K // 2, 1, W_STAGE_BYTES))
         ),
-        a=storage.a.get_tensor(
-            cute.make_layout((MAX_TOKENS, TILE_K // 2, NUM_STAGES), stride=(32, 1, A_STAGE_BYTES))
-        ),
+        tokens=storage.tokens.get_tensor(staged, swizzle=one.inner),
         w_addr=storage.w.data_ptr().toint(),
-        a_addr=storage.a.data_ptr().toint(),
         sfw_addr=storage.sfw.data_ptr().toint(),
-        sfa_addr=storage.sfa.data_ptr().toint(),
         tokens_ptr=storage.tokens.data_ptr(),
-        tokens_addr=storage.tokens.data_ptr().toint(),
     )
-    tile_begin = cta_tiles[bidx, 0]
-    tile_end = cta_tiles[bidx, len(VARIANTS)]
 
-    if wg_idx == 0:
+    if warp_idx < 4:
         cute.arch.warpgroup_reg_dealloc(PRODUCER_REGS)
         if warp_idx == 0:
             _produce(
-                atom_a, tma_a, atom_b, tma_b, ptrs, descs_addr, tiles, tile_begin, tile_end, pipe, smem
+                atom_w, tma_w, atom_t, tma_t, ptrs, descs_addr, tiles,
+                cta_tiles[bidx, 0], cta_tiles[bidx, len(VARIANTS)], pipe, smem,
             )
     else:
         cute.arch.warpgroup_reg_alloc(CONSUMER_REGS)
-        _consume(ptrs, tiles, cta_tiles, bidx, pipe, smem, tidx, wg_idx - 1)
+        _consume(ptrs, tiles, cta_tiles, bidx, pipe, smem, tidx, warp_idx // 4 - 1)
 
 
 @cute.jit
-def _launch_gemm(
-    a_template: cute.Tensor,
-    b_template: cute.Tensor,
+def _launch(
+    w_template: cute.Tensor,
+    tok_template: cute.Tensor,
     ptrs: cute.Tensor,
+    sizes: cute.Tensor,
+    tok_ptrs: cute.Tensor,
     descs_addr: cutlass.Int64,
     tiles: cute.Tensor,
     cta_tiles: cute.Tensor,
+    num_groups: cutlass.Int32,
+    prep_blocks: cutlass.Int32,
     num_ctas: cutlass.Int32,
     stream: cuda.CUstream,
 ):
-    atom_a, tma_a = _tma_atom(a_template, MAX_TOKENS)
-    atom_b, tma_b = _tma_atom(b_template, TILE_W)
-    _gemm_kernel(atom_a, tma_a, atom_b, tma_b, ptrs, descs_addr, tiles, cta_tiles).launch(
+    _token_kernel(ptrs, sizes, tok_ptrs).launch(
+        grid=(prep_blocks, num_groups, 1), block=(PREP_THREADS, 1, 1), stream=stream
+    )
+    atom_w, tma_w, atom_t, tma_t = _tma_atoms(w_template, tok_template)
+    _gemm_kernel(atom_w, tma_w, atom_t, tma_t, ptrs, descs_addr, tiles, cta_tiles).launch(
         grid=(num_ctas, 1, 1),
         block=(NUM_THREADS, 1, 1),
         smem=_Storage.size_in_bytes(),
@@ -685,8 +690,9 @@ def _launch_gemm(
 # Host side
 # ---------------------------------------------------------------------------------------------
 def build_schedule(sizes, num_sms):
-    """Tile records (int32 [T, 8]) ordered by CTA then variant, and per-CTA variant offsets
-    (int32 [P, len(VARIANTS) + 1]): CTA b runs variant v on records [off[b, v], off[b, v + 1])."""
+    """Tile records (int32 [T, 8]: group, n0, t0, variant, m, n, k, 0) ordered by CTA then
+    variant, and per-CTA variant offsets (int32 [P, len(VARIANTS) + 1]): CTA b runs variant v on
+    records [off[b, v], off[b, v + 1])."""
     tiles = []
     for grp, (m, n, k) in enumerate(sizes):
         for t0 in range(0, m, MAX_TOKENS):
@@ -712,10 +718,6 @@ def build_schedule(sizes, num_sms):
     return records, offsets
 
 
-def _as_uint8_2d(t):
-    return t.view(torch.uint8)[:, :, 0]
-
-
 def _dyn(t):
     return from_dlpack(t, assumed_align=16).mark_layout_dynamic()
 
@@ -724,16 +726,15 @@ _compiled = {}
 
 
 def _compiled_fn(name, fn, *args):
+    """Compiled once per process: nothing in the compiled code depends on shapes or groups."""
     if name not in _compiled:
         _compiled[name] = cute.compile(fn, *args)
     return _compiled[name]
 
 
 def make_sm90_launcher(plan):
-    """Build everything once per plan; return launcher(stream) that only enqueues the GEMM.
-
-    `stream` is a `cuda.bindings.driver.CUstream` (an int handle is converted).
-    """
+    """Build everything once per plan; return launcher(stream) that only enqueues two kernels
+    (token pre-pass, GEMM).  `stream` is a cuda.bindings CUstream or an int handle."""
     sizes = [tuple(int(v) for v in s) for s in plan.sizes]
     for m, n, k in sizes:
         if m < 1 or n % TILE_W or k % (2 * TILE_K):
@@ -742,31 +743,37 @@ def make_sm90_launcher(plan):
     num_sms = torch.cuda.get_device_properties(device).multi_processor_count
     records, offsets = build_schedule(sizes, num_sms)
 
-    a0, b0, _ = plan.inputs[0][0]
-    a_template = _dyn(_as_uint8_2d(a0))
-    b_template = _dyn(_as_uint8_2d(b0))
-    ptrs = _dyn(plan.pointers)
-    sizes_dev = plan.problem_sizes
+    # fp16 token scratch, one [m, k] matrix per group (256-byte aligned)
+    starts, total = [], 0
+    for m, _, k in sizes:
+        starts.append(total)
+        total += -(-m * k // 128) * 128
+    scratch = torch.empty(total, dtype=torch.float16, device=device)
+    tok_ptrs = torch.tensor([scratch.data_ptr() + 2 * s for s in starts], dtype=torch.int64, device=device)
+    m0, _, k0 = sizes[0]
+    tok_template = _dyn(scratch[: m0 * k0].view(m0, k0))
+    w_template = _dyn(plan.inputs[0][0][1].view(torch.uint8)[:, :, 0])
     descs = torch.empty((len(sizes), 2, DESC_BYTES // 8), dtype=torch.int64, device=device)
     tiles = torch.tensor(records, dtype=torch.int32, device=device)
     cta_tiles = torch.tensor(offsets, dtype=torch.int32, device=device)
-    num_ctas = len(offsets)
+    prep_blocks = max(-(-m * (k // TILE_K) // PREP_THREADS) for m, _, k in sizes)
 
     stream = cuda.CUstream(torch.cuda.current_stream(device).cuda_stream)
-    init = _compiled_fn(
-        "init", _init_descs, a_template, b_template, ptrs, _dyn(sizes_dev),
-        descs.data_ptr(), len(sizes), stream,
-    )
-    init(a_template, b_template, ptrs, _dyn(sizes_dev), descs.data_ptr(), len(sizes), stream)
+    ptrs, sizes_t, tok_ptrs_t = _dyn(plan.pointers), _dyn(plan.problem_sizes), _dyn(tok_ptrs)
+    init_args = (w_template, tok_template, ptrs, sizes_t, tok_ptrs_t, descs.data_ptr(), len(sizes))
+    _compiled_fn("init", _init_descs, *init_args, stream)(*init_args, stream)
+    torch.cuda.current_stream(device).synchronize()  # once per plan: surface init errors here
 
-    args = (a_template, b_template, ptrs, descs.data_ptr(), _dyn(tiles), _dyn(cta_tiles), num_ctas)
-    gemm = _compiled_fn("gemm", _launch_gemm, *args, stream)
-    keep_alive = (descs, tiles, cta_tiles, plan)
+    args = (
+        w_template, tok_template, ptrs, sizes_t, tok_ptrs_t, descs.data_ptr(),
+        _dyn(tiles), _dyn(cta_tiles), len(sizes), prep_blocks, len(offsets),
+    )
+    launch = _compiled_fn("gemm", _launch, *args, stream)
 
     def launcher(stream):
         if not isinstance(stream, cuda.CUstream):
             stream = cuda.CUstream(stream)
-        gemm(*args, stream)
+        launch(*args, stream)
 
-    launcher.keep_alive = keep_alive
+    launcher.keep_alive = (scratch, tok_ptrs, descs, tiles, cta_tiles, plan)
     return launcher

@@ -25,18 +25,22 @@ on_hopper = pytest.mark.skipif(
 )
 
 COMPILE_SCRIPT = r"""
-import glob, os, sys
+import glob, sys
 sys.path.insert(0, sys.argv[1])
 import torch, cutlass.cute as cute
 import sm90_kernel as K
-a = torch.zeros(64, 128, dtype=torch.uint8)
+d = K._dyn
+w = torch.zeros(256, 128, dtype=torch.uint8)
+tok = torch.zeros(64, 256, dtype=torch.float16)
 ptrs = torch.zeros(2, 5, dtype=torch.int64)
+sizes = torch.zeros(2, 4, dtype=torch.int32)
+tok_ptrs = torch.zeros(2, dtype=torch.int64)
 tiles = torch.zeros(4, 8, dtype=torch.int32)
 offs = torch.zeros(2, len(K.VARIANTS) + 1, dtype=torch.int32)
 try:
-    cute.compile(K._launch_gemm, K._dyn(a), K._dyn(a), K._dyn(ptrs), 0, K._dyn(tiles), K._dyn(offs), 2,
+    cute.compile(K._launch, d(w), d(tok), d(ptrs), d(sizes), d(tok_ptrs), 0, d(tiles), d(offs), 2, 3, 4,
                  cute.runtime.make_fake_stream(), options=f"--keep-cubin --dump-dir={sys.argv[2]}")
-except Exception as e:  # without a driver only loading the cubin fails, after it is written
+except Exception:  # without a driver only loading the cubin fails, after it is written
     if not glob.glob(sys.argv[2] + "/*.cubin"):
         raise
 """
