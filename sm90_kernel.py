@@ -10,49 +10,51 @@ Design note
 Operand swap.  Tokens per group are few (M = 40..384) and weights many (N x K up to 4096 x 7168),
 so the weights are wgmma's M side (64 rows per warpgroup, A operand from registers) and the
 tokens wgmma's N side (8..256 in steps of 8, B operand from shared memory).  The accumulator of
-one warpgroup is C^T for 64 weight rows x TOKENS tokens.
+one warpgroup is C^T for 64 weight rows x n tokens.
 
-Tiles and schedule.  A CTA tile is 128 weight rows (two consumer warpgroups x 64) x up to 256
-tokens x the whole K.  The wgmma N of a tile is the tile's token count rounded up to TOKEN_STEP,
-picked at run time among compiled variants, so small-M groups waste little tensor-core work
-(one tile covers a whole group of <= 256 tokens, so each weight tile is dequantized once).
-The tile list of a plan is built once on the host (shapes are known when the plan is built) and
-spread over min(#SMs, #tiles) persistent CTAs by longest-processing-time-first, because tile
-costs differ by up to 8x between groups and a plain round-robin leaves SMs idle; each CTA walks
-its own tiles in group order.  Nothing in the compiled code depends on shapes or group count.
+Two kernels per call.  (1) A token pre-pass turns the FP4 tokens x their scales into fp16 once
+per call (M x K, a few MB) in a scratch buffer.  Dequantizing tokens inside the GEMM instead
+repeats that work for every 128-row weight tile (N / 128 times) and needs a barrier between the
+consumer warpgroups per k-step; measured, it made the GEMM issue-bound.  (2) The persistent GEMM.
 
-Warp roles (384 threads).  Warpgroup 0 is the producer: warp 0 issues per k-tile (64 k) the TMA
-loads of the weight tile (128 rows x 32 B of FP4) and the token tile (256 rows x 32 B; rows past M
-are zero-filled by TMA) plus 1-D bulk copies of the matching scale blocks: in the 128x4 blocked
-layout a 128-row block x 4 scale columns (one 64-k tile) is one contiguous 512-byte run.  All of
-it lands on one mbarrier (PipelineTmaAsync, NUM_STAGES deep, fixed 13824-byte transaction).
-Warpgroups 1 and 2 consume: each dequantizes its 64 weight rows straight into wgmma A fragments,
-and together they dequantize the token tile into an fp16 K-major 128B-swizzled buffer (3-deep
-ring), fence.proxy.async, meet on a named barrier, then issue 4 wgmma k16 blocks and keep one
-wgmma group in flight.  Three token buffers + one barrier per k-tile suffice: a thread writing
-buffer i%3 has passed barrier i-1, so the other warpgroup has retired wgmma i-3.
-TMA descriptors: one pair (A, B) per group, written once per plan by a small init kernel into a
-global workspace (template descriptor + tensormap.replace of address/shape/stride), read by the
-producer through tma_desc_ptr after a tensormap acquire fence when the group changes.  NVIDIA's
-grouped example rewrites descriptors inside the GEMM kernel on every group change; pointers are
-fixed per plan here, so that work moves out of the per-call path.
+Tiles and schedule.  A GEMM tile is 128 weight rows (two consumer warpgroups x 64) x up to 256
+tokens x the whole K.  Its wgmma N is the tile's token count rounded up to TOKEN_STEP, one of
+VARIANTS compiled side by side, so small-M groups waste little tensor-core work and a group of
+<= 256 tokens is one tile wide (each weight row is dequantized once).  The tile list of a plan is
+built once on the host (shapes are known then) and spread over min(#SMs, #tiles) persistent CTAs
+by longest-processing-time-first, because tile costs differ up to 8x between groups and plain
+round-robin leaves SMs idle.  Each CTA runs its tiles sorted by variant, one loop per variant:
+with the eight accumulator shapes behind branches inside one loop, ptxas ran out of registers
+and serialized every wgmma.  Nothing in the compiled code depends on shapes or group count.
 
-Dequantization.  The contraction order over k is free as long as both operands use the same
-permutation, so k is permuted to make the loads cheap: a thread's wgmma A fragment (k pairs
-2q, 2q+1, 2q+8, 2q+9 of each k16 block) is fed from 8 contiguous bytes per row, and each 32-bit
-word yields four f16x2 with two shifts and a mask each (nibble bits s,e1,e0,m placed at f16 bits
-15,11,10,9 make value * 2^-14 exactly, subnormals included).  Scales are converted with
-cvt.f16x2.e4m3x2 and multiplied by 2^7, so every operand is value * 2^-7 (exact in fp16; no
-overflow for 6 * 448) and the epilogue multiplies the fp32 accumulator by 2^14.
-The token side uses the same word -> f16x2 mapping and writes the permuted order into the
-swizzled buffer.
+Warp roles (384 threads, setmaxnreg 40 / 232).  Warp 0 produces: per k-tile (64 k) one TMA of the
+weight tile (128 rows x 32 B FP4, no swizzle), one TMA of the fp16 token tile (256 rows x 64,
+128B swizzle = wgmma's K-major layout; rows past M are zero-filled) and a 1-D bulk copy of the
+weight scales (in the 128x4 blocked layout a 128-row block x one k-tile is one 512-byte run), all
+on one mbarrier (PipelineTmaAsync, NUM_STAGES deep, 37376 bytes per stage).  Warpgroups 1 and 2
+consume independently: dequantize their 64 weight rows straight into wgmma A fragments, issue 4
+wgmma k16 blocks, keep one wgmma group in flight (two A fragments alternate) and release a stage
+once the wgmma that read it has retired.
+TMA descriptors (tokens, weights) per group are written once per plan by a small init kernel into
+a global workspace (template descriptor + tensormap.replace of address, shape and stride) and used
+through tma_desc_ptr after a tensormap acquire fence when the group changes.  NVIDIA's grouped
+example rewrites descriptors inside the GEMM on every group change; addresses are fixed per plan
+here, so that work leaves the per-call path.
+
+Dequantization.  The contraction order over k is free when both operands use the same
+permutation, so k is permuted within each 64-k tile to make loads cheap: a thread's A fragment
+(k pairs 2q, 2q+1, 2q+8, 2q+9 of each k16 block) comes from 8 contiguous bytes per row, and each
+32-bit word yields four f16x2 with two shifts and masks each (nibble bits s,e1,e0,m moved to f16
+bits 15,11,10,9 give value * 2^-14 exactly, subnormals included).  Scales are converted with
+cvt.f16x2.e4m3x2 and multiplied by 2^7, so every fp16 operand is value * 2^-7 (exact; 6 * 448 does
+not overflow) and the epilogue multiplies the fp32 accumulator by 2^14.  The pre-pass writes the
+tokens in the same permuted order.
 
 Epilogue.  Accumulators are scaled, rounded to fp16 and paired across neighbouring lanes with one
-shuffle so each lane stores 4 bytes (two adjacent n) of a row m; rows m >= M are never written.
+shuffle so each lane stores 4 bytes (two adjacent n) of a token row; rows m >= M are not written.
 
-Stages.  Per stage 4 KB weights + 8 KB tokens + 1.5 KB scales; 8 stages (108 KB) plus the
-96 KB token ring fit the 227 KB of shared memory.  K-tile 64 keeps the fp16 token ring small
-(256 x 64 x 2 B per buffer) while a 64-k step is still 4 wgmmas.
+Stages.  Per stage 4 KB weights + 0.5 KB scales + 32 KB tokens; 6 stages = 219 KB of the 227 KB.
+K-tile 64 = one 128-byte swizzle row of fp16 tokens and 4 wgmma k16 blocks.
 """
 
 from types import SimpleNamespace
