@@ -80,18 +80,21 @@ TILE_K = 64  # k per pipeline stage: 32 B of FP4 weights per row, one 128B-swizz
 MAX_TOKENS = 256  # tokens per CTA tile (largest wgmma N)
 TOKEN_STEP = 32  # granularity of the compiled wgmma N variants
 VARIANTS = tuple(range(TOKEN_STEP, MAX_TOKENS + 1, TOKEN_STEP))
-NUM_STAGES = 6
+W_STAGES = 12  # weights + scales: 4.5 KB per stage, streamed from DRAM, so a deep pipeline
+T_STAGES = 5  # fp16 tokens: up to 32 KB per stage, L2-resident
 TILE_OVERHEAD = 64  # per-tile fixed cost for the scheduler, in token-columns of MMA work
 
 W_STAGE_BYTES = TILE_W * TILE_K // 2
 SF_BLOCK_BYTES = 512  # one 128-row x 4-column block of the blocked scale layout = one k-tile
+W_TX_BYTES = W_STAGE_BYTES + SF_BLOCK_BYTES
+TOKEN_BOX_ROWS = 64  # token TMA box: 64 rows x 64 fp16 (8 KB); a tile loads only the boxes it needs
+TOKEN_BOX_BYTES = TOKEN_BOX_ROWS * TILE_K * 2
 TOKEN_STAGE_ELEMS = MAX_TOKENS * TILE_K
-TX_BYTES = W_STAGE_BYTES + SF_BLOCK_BYTES + 2 * TOKEN_STAGE_ELEMS
 DESC_BYTES = 128
 NUM_THREADS = 384
 PRODUCER_REGS = 40
 CONSUMER_REGS = 232
-PREP_THREADS = 128
+PREP_THREADS = 256
 EPILOGUE_SCALE = 16384.0  # 2^14 undoes the 2^-7 carried by each fp16 operand
 
 
@@ -261,18 +264,6 @@ def pack_f16x2(lo, hi, *, loc=None, ip=None):
 
 
 @dsl_user_op
-def ldg_v4(addr, *, loc=None, ip=None):
-    res = _asm(
-        llvm.StructType.get_literal([T.i32()] * 4),
-        [cutlass.Int64(addr).ir_value(loc=loc, ip=ip)],
-        "ld.global.nc.v4.b32 {$0, $1, $2, $3}, [$4];",
-        "=r,=r,=r,=r,l",
-        True,
-    )
-    return _unpack(res, 4)
-
-
-@dsl_user_op
 def ldg_b32(addr, *, loc=None, ip=None):
     return cutlass.Int32(
         _asm(
@@ -328,14 +319,14 @@ def _token_smem_layout(rows, stages):
 
 
 def _tma_atoms(w_template, tok_template):
-    """TMA atoms: weights (128 rows x 32 B, no swizzle), tokens (256 rows x 64 fp16, SW128)."""
+    """TMA atoms: weights (128 rows x 32 B, no swizzle), tokens (64 rows x 64 fp16, SW128)."""
     w_smem = cute.make_layout((TILE_W, TILE_K // 2), stride=(TILE_K // 2, 1))
     atom_w, tma_w = cpasync.make_tiled_tma_atom(
         cpasync.CopyBulkTensorTileG2SOp(), w_template, w_smem, (TILE_W, TILE_K // 2)
     )
-    tok_smem, _ = _token_smem_layout(MAX_TOKENS, 1)
+    tok_smem, _ = _token_smem_layout(TOKEN_BOX_ROWS, 1)
     atom_t, tma_t = cpasync.make_tiled_tma_atom(
-        cpasync.CopyBulkTensorTileG2SOp(), tok_template, tok_smem, (MAX_TOKENS, TILE_K)
+        cpasync.CopyBulkTensorTileG2SOp(), tok_template, tok_smem, (TOKEN_BOX_ROWS, TILE_K)
     )
     return atom_w, tma_w, atom_t, tma_t
 
@@ -393,31 +384,33 @@ def _init_descs(
 # ---------------------------------------------------------------------------------------------
 @cute.kernel
 def _token_kernel(ptrs: cute.Tensor, sizes: cute.Tensor, tok_ptrs: cute.Tensor):
-    """One thread per (row, 64-k tile): 32 B of FP4 + 4 scales in, 128 B of fp16 out.
+    """Eight threads per (row, 64-k tile), one 16-byte output chunk each, so a warp stores 512
+    contiguous bytes (one thread per unit, storing 8 chunks, was 5x slower: partial sectors).
 
-    Output chunk c = 2j + s (8 fp16, logical k 16j + 8s .. +7) holds, at positions 2q', 2q'+1,
-    output o = 2 (j % 2) + s of word W[2q' + j // 2] of the row's 8 words: the same k
-    permutation as the weights' wgmma fragments (see _consume_tile)."""
+    Chunk c = 2j + s (8 fp16, logical k 16j + 8s .. +7) holds, at positions 2q', 2q'+1, output
+    o = 2 (j % 2) + s of word W[2q' + j // 2] of the row's 8 words: the k permutation of the
+    weights' wgmma fragments (see _consume_tile).  Output o of a word is output 0 of the word
+    shifted left by 4o."""
     tidx, _, _ = cute.arch.thread_idx()
     bx, g, _ = cute.arch.block_idx()
     m = sizes[g, 0]
     k = sizes[g, 2]
     k_tiles = k // TILE_K
-    u = bx * PREP_THREADS + tidx
-    if u < m * k_tiles:
-        row = u // k_tiles
-        kt = u - row * k_tiles
-        src = ptrs[g, 0] + cutlass.Int64(row) * (k // 2) + kt * (TILE_K // 2)
-        words = ldg_v4(src) + ldg_v4(src + 16)
+    t = bx * PREP_THREADS + tidx
+    unit = t >> 3
+    if unit < m * k_tiles:
+        c = t & 7
+        row = unit // k_tiles
+        kt = unit - row * k_tiles
+        j = c >> 1
+        shift = 8 * (j & 1) + 4 * (c & 1)
+        src = ptrs[g, 0] + cutlass.Int64(row) * (k // 2) + kt * (TILE_K // 2) + 4 * (j >> 1)
         sf_word = ldg_b32(ptrs[g, 3] + _sf_offset(row, kt, k_tiles))
-        outs = [
-            dequant_fp4(words[i], scale_pair(sf_word, i // 2), (0, 1, 2, 3)) for i in range(8)
+        vals = [
+            dequant_fp4(ldg_b32(src + 8 * qq) << shift, scale_pair(sf_word, qq), (0,))[0]
+            for qq in range(4)
         ]
-        dst = tok_ptrs[g] + (cutlass.Int64(row) * k + kt * TILE_K) * 2
-        for c in cutlass.range_constexpr(8):
-            j, s = c // 2, c % 2
-            o, w = 2 * (j % 2) + s, j // 2
-            stg_v4(dst + 16 * c, *[outs[2 * qq + w][o] for qq in range(4)])
+        stg_v4(tok_ptrs[g] + (cutlass.Int64(row) * k + kt * TILE_K) * 2 + 16 * c, *vals)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -438,17 +431,18 @@ def _tiled_mma(n):
 
 @cute.struct
 class _Storage:
-    barriers: cute.struct.MemRange[cutlass.Int64, 2 * NUM_STAGES]
+    w_barriers: cute.struct.MemRange[cutlass.Int64, 2 * W_STAGES]
+    t_barriers: cute.struct.MemRange[cutlass.Int64, 2 * T_STAGES]
     tokens: cute.struct.Align[
-        cute.struct.MemRange[cutlass.Float16, NUM_STAGES * TOKEN_STAGE_ELEMS], 1024
+        cute.struct.MemRange[cutlass.Float16, T_STAGES * TOKEN_STAGE_ELEMS], 1024
     ]
-    w: cute.struct.Align[cute.struct.MemRange[cutlass.Uint8, NUM_STAGES * W_STAGE_BYTES], 1024]
-    sfw: cute.struct.Align[cute.struct.MemRange[cutlass.Uint8, NUM_STAGES * SF_BLOCK_BYTES], 128]
+    w: cute.struct.Align[cute.struct.MemRange[cutlass.Uint8, W_STAGES * W_STAGE_BYTES], 1024]
+    sfw: cute.struct.Align[cute.struct.MemRange[cutlass.Uint8, W_STAGES * SF_BLOCK_BYTES], 128]
 
 
 @cute.jit
-def _consume_tile(n_tok, c, tile, pipe, read_state, release_state):
-    """Mainloop + epilogue of one tile with wgmma N = n_tok; returns the pipeline states."""
+def _consume_tile(n_tok, c, tile, pw, pt, st):
+    """Mainloop + epilogue of one tile with wgmma N = n_tok; st carries the pipeline states."""
     tiled_mma = _tiled_mma(n_tok)
     thr_mma = tiled_mma.get_slice(c.wg_tid)
     acc = cute.make_rmem_tensor(
@@ -457,23 +451,23 @@ def _consume_tile(n_tok, c, tile, pipe, read_state, release_state):
     frag_shape = thr_mma.partition_A(cute.make_identity_tensor((64, TILE_K))).shape
     frags = [tiled_mma.make_fragment_A(frag_shape) for _ in range(2)]
     frags32 = [cute.recast_tensor(f, cutlass.Int32) for f in frags]
-    one, staged = _token_smem_layout(n_tok, NUM_STAGES)
+    one, staged = _token_smem_layout(n_tok, T_STAGES)
     s_tok = cute.make_tensor(cute.recast_ptr(c.tokens_ptr, one.inner, dtype=cutlass.Float16), staged)
     tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(s_tok))
     tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
     acc.fill(0.0)
+    w_read, t_read, t_release = st
 
     # Two A fragments alternate so the dequantization of k-tile i+1 overlaps wgmma i.
     for kt2 in range(tile.k // (2 * TILE_K)):
         for par in cutlass.range_constexpr(2):
-            pipe.consumer_wait(read_state)
-            stage = read_state.index
             # Weights -> wgmma A fragments.  Thread (g, q) of warp w holds rows r = 16w + g and
             # r + 8, k pairs 2q, 2q+1 and 2q+8, 2q+9 of each k16 block: those are fed from
             # bytes 8q..8q+7 of the row (two words; word w, output o -> k16 block 2w + o // 2,
             # pair o % 2), whose scale is column q of the k-tile's four.
-            w_base = c.w_addr + stage * W_STAGE_BYTES
-            sfw_base = c.sfw_addr + stage * SF_BLOCK_BYTES
+            pw.consumer_wait(w_read)
+            w_base = c.w_addr + w_read.index * W_STAGE_BYTES
+            sfw_base = c.sfw_addr + w_read.index * SF_BLOCK_BYTES
             r_words = [lds_v2(w_base + r * (TILE_K // 2) + 8 * c.q) for r in c.rows]
             r_scales = [
                 scale_pair(lds_u8(sfw_base + (r & 31) * 16 + (r >> 5) * 4 + c.q), 0)
@@ -484,22 +478,25 @@ def _consume_tile(n_tok, c, tile, pipe, read_state, release_state):
                     vals = dequant_fp4(r_words[rs][w], r_scales[rs], (0, 1, 2, 3))
                     for o in cutlass.range_constexpr(4):
                         frags32[par][rs + 2 * (o % 2) + 4 * (2 * w + o // 2)] = vals[o]
+            pw.consumer_release(w_read)  # the stage's bytes are in registers now
+            w_read.advance()
 
+            pt.consumer_wait(t_read)
             warpgroup.fence()
             for kb in cutlass.range_constexpr(TILE_K // 16):
                 cute.gemm(
-                    tiled_mma, acc, frags[par][None, None, kb], tCrB[None, None, kb, stage], acc
+                    tiled_mma, acc, frags[par][None, None, kb], tCrB[None, None, kb, t_read.index], acc
                 )
             warpgroup.commit_group()
+            t_read.advance()
             warpgroup.wait_group(1)
-            # wgmma of the previous k-tile has retired: its stage may be refilled.
+            # wgmma of the previous k-tile has retired: its token stage may be refilled.
             if cutlass.const_expr(par == 1) or kt2 > 0:
-                pipe.consumer_release(release_state)
-                release_state.advance()
-            read_state.advance()
+                pt.consumer_release(t_release)
+                t_release.advance()
     warpgroup.wait_group(0)
-    pipe.consumer_release(release_state)
-    release_state.advance()
+    pt.consumer_release(t_release)
+    t_release.advance()
 
     # Epilogue: acc element (v0, v1, v2) is weight row 16*warp + g + 8*v1, token 2q + v0 + 8*v2.
     # Lanes g and g^1 swap halves so each stores two adjacent n of one token row (4 bytes).
@@ -515,52 +512,37 @@ def _consume_tile(n_tok, c, tile, pipe, read_state, release_state):
             word = prmt(mine, shfl_xor4(mine), selector)
             offset = (cutlass.Int64(tile.t0 + m_local) * tile.n + n_col + 8 * v1) * 2
             stg_b32_if(tile.c_ptr + offset, word, m_local < m_limit)
-    return read_state, release_state
+    return w_read, t_read, t_release
 
 
 @cute.jit
-def _produce(atom_w, tma_w, atom_t, tma_t, ptrs, descs_addr, tiles, tile_begin, tile_end, pipe, smem):
-    """Warp 0: per k-tile, TMA the weight FP4 tile and the fp16 token tile, bulk-copy the
-    weight scale block (one contiguous 512 B run per 128 rows x 64 k)."""
+def _produce_weights(atom_w, tma_w, ptrs, descs_addr, tiles, tile_begin, tile_end, pw, smem):
+    """Warp 0: per k-tile, TMA the 128-row FP4 weight tile and bulk-copy its scale block (in the
+    128x4 blocked layout, 128 rows x one 64-k tile is one contiguous 512-byte run)."""
     g_w = cute.local_tile(tma_w, (TILE_W, TILE_K // 2), (None, None))
-    g_t = cute.local_tile(tma_t, (MAX_TOKENS, TILE_K), (None, None))
     tWs, tWg = cpasync.tma_partition(
         atom_w, 0, cute.make_layout(1), cute.group_modes(smem.w, 0, 2), cute.group_modes(g_w, 0, 2)
     )
-    tTs, tTg = cpasync.tma_partition(
-        atom_t, 0, cute.make_layout(1), cute.group_modes(smem.tokens, 0, 2), cute.group_modes(g_t, 0, 2)
-    )
     manager = utils.TensorMapManager(utils.TensorMapUpdateMode.GMEM, DESC_BYTES)
-    state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, NUM_STAGES)
+    state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, W_STAGES)
     last_group = cutlass.Int32(-1)
     for t in range(tile_begin, tile_end):
         g = tiles[t, 0]
         n0 = tiles[t, 1]
-        t0 = tiles[t, 2]
-        k = tiles[t, 6]
-        desc_t = _desc_ptr(descs_addr, g, 0)
-        desc_w = _desc_ptr(descs_addr, g, 1)
+        k_tiles = tiles[t, 6] // TILE_K
+        desc = _desc_ptr(descs_addr, g, 1)
         if g != last_group:
-            manager.fence_tensormap_update(manager.get_tensormap_ptr(desc_t))
-            manager.fence_tensormap_update(manager.get_tensormap_ptr(desc_w))
+            manager.fence_tensormap_update(manager.get_tensormap_ptr(desc))
         last_group = g
-        k_tiles = k // TILE_K
         for kt in range(k_tiles):
-            pipe.producer_acquire(state)
-            bar = pipe.producer_get_barrier(state)
+            pw.producer_acquire(state)
+            bar = pw.producer_get_barrier(state)
             cute.copy(
                 atom_w,
                 tWg[(None, n0 // TILE_W, kt)],
                 tWs[(None, state.index)],
                 tma_bar_ptr=bar,
-                tma_desc_ptr=manager.get_tensormap_ptr(desc_w, cute.AddressSpace.generic),
-            )
-            cute.copy(
-                atom_t,
-                tTg[(None, t0 // MAX_TOKENS, kt)],
-                tTs[(None, state.index)],
-                tma_bar_ptr=bar,
-                tma_desc_ptr=manager.get_tensormap_ptr(desc_t, cute.AddressSpace.generic),
+                tma_desc_ptr=manager.get_tensormap_ptr(desc, cute.AddressSpace.generic),
             )
             with cute.arch.elect_one():
                 bulk_copy_g2s(
@@ -570,11 +552,51 @@ def _produce(atom_w, tma_w, atom_t, tma_t, ptrs, descs_addr, tiles, tile_begin, 
                     bar.toint(),
                 )
             state.advance()
-    pipe.producer_tail(state)
+    pw.producer_tail(state)
 
 
 @cute.jit
-def _consume(ptrs, tiles, cta_tiles, bidx, pipe, smem, tidx, wg):
+def _produce_tokens(atom_t, tma_t, descs_addr, tiles, tile_begin, tile_end, pt, smem):
+    """Warp 1: per k-tile, TMA the tile's fp16 tokens, only the 64-row boxes it uses (rows past
+    M are zero-filled).  The transaction size depends on the box count, so this arrives on the
+    full barrier itself instead of through PipelineTmaAsync's fixed-size producer_acquire."""
+    g_t = cute.local_tile(tma_t, (TOKEN_BOX_ROWS, TILE_K), (None, None))
+    tTs, tTg = cpasync.tma_partition(
+        atom_t, 0, cute.make_layout(1), cute.group_modes(smem.token_boxes, 0, 2),
+        cute.group_modes(g_t, 0, 2),
+    )
+    boxes_per_stage = MAX_TOKENS // TOKEN_BOX_ROWS
+    manager = utils.TensorMapManager(utils.TensorMapUpdateMode.GMEM, DESC_BYTES)
+    state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, T_STAGES)
+    last_group = cutlass.Int32(-1)
+    for t in range(tile_begin, tile_end):
+        g = tiles[t, 0]
+        t0 = tiles[t, 2]
+        k_tiles = tiles[t, 6] // TILE_K
+        boxes = (cutlass.min(tiles[t, 4] - t0, MAX_TOKENS) + TOKEN_BOX_ROWS - 1) // TOKEN_BOX_ROWS
+        desc = _desc_ptr(descs_addr, g, 0)
+        if g != last_group:
+            manager.fence_tensormap_update(manager.get_tensormap_ptr(desc))
+        last_group = g
+        for kt in range(k_tiles):
+            pt.sync_object_empty.wait(state.index, state.phase)
+            bar = pt.producer_get_barrier(state)
+            with cute.arch.elect_one():
+                cute.arch.mbarrier_arrive_and_expect_tx(bar, boxes * TOKEN_BOX_BYTES)
+            for b in range(boxes):
+                cute.copy(
+                    atom_t,
+                    tTg[(None, t0 // TOKEN_BOX_ROWS + b, kt)],
+                    tTs[(None, state.index * boxes_per_stage + b)],
+                    tma_bar_ptr=bar,
+                    tma_desc_ptr=manager.get_tensormap_ptr(desc, cute.AddressSpace.generic),
+                )
+            state.advance()
+    pt.producer_tail(state)
+
+
+@cute.jit
+def _consume(ptrs, tiles, cta_tiles, bidx, pw, pt, smem, tidx, wg):
     """Consumer warpgroups: walk the CTA's tiles, one loop per wgmma N variant.
 
     The CTA's tiles are sorted by variant, so each variant is a separate loop rather than a
@@ -597,8 +619,12 @@ def _consume(ptrs, tiles, cta_tiles, bidx, pipe, smem, tidx, wg):
         sfw_addr=smem.sfw_addr,
         tokens_ptr=smem.tokens_ptr,
     )
-    read_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, NUM_STAGES)
-    release_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, NUM_STAGES)
+    consumer = pipeline.PipelineUserType.Consumer
+    st = (
+        pipeline.make_pipeline_state(consumer, W_STAGES),
+        pipeline.make_pipeline_state(consumer, T_STAGES),
+        pipeline.make_pipeline_state(consumer, T_STAGES),
+    )
     for vi in cutlass.range_constexpr(len(VARIANTS)):
         for t in range(cta_tiles[bidx, vi], cta_tiles[bidx, vi + 1]):
             tile = SimpleNamespace(
@@ -609,9 +635,7 @@ def _consume(ptrs, tiles, cta_tiles, bidx, pipe, smem, tidx, wg):
                 k=tiles[t, 6],
                 c_ptr=ptrs[tiles[t, 0], 2],
             )
-            read_state, release_state = _consume_tile(
-                VARIANTS[vi], c, tile, pipe, read_state, release_state
-            )
+            st = _consume_tile(VARIANTS[vi], c, tile, pw, pt, st)
 
 
 @cute.kernel
@@ -630,34 +654,48 @@ def _gemm_kernel(
     warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
 
     storage = utils.SmemAllocator().allocate(_Storage)
-    pipe = pipeline.PipelineTmaAsync.create(
-        barrier_storage=storage.barriers.data_ptr(),
-        num_stages=NUM_STAGES,
+    consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, 8)  # lane 0 of 8 warps
+    pw = pipeline.PipelineTmaAsync.create(
+        barrier_storage=storage.w_barriers.data_ptr(),
+        num_stages=W_STAGES,
         producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
-        consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 8),  # lane 0 of 8 warps
-        tx_count=TX_BYTES,
+        consumer_group=consumers,
+        tx_count=W_TX_BYTES,
+        defer_sync=True,
     )
-    one, staged = _token_smem_layout(MAX_TOKENS, NUM_STAGES)
+    pt = pipeline.PipelineTmaAsync.create(
+        barrier_storage=storage.t_barriers.data_ptr(),
+        num_stages=T_STAGES,
+        producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+        consumer_group=consumers,
+        tx_count=TOKEN_BOX_BYTES,  # unused: _produce_tokens sets the size per stage
+    )
+    box_layout = cute.tile_to_shape(
+        warpgroup.make_smem_layout_atom(warpgroup.SmemLayoutAtomKind.K_SW128, cutlass.Float16),
+        (TOKEN_BOX_ROWS, TILE_K, T_STAGES * MAX_TOKENS // TOKEN_BOX_ROWS),
+        order=(0, 1, 2),
+    )
     smem = SimpleNamespace(
         w=storage.w.get_tensor(
-            cute.make_layout((TILE_W, TILE_K // 2, NUM_STAGES), stride=(TILE_K // 2, 1, W_STAGE_BYTES))
+            cute.make_layout((TILE_W, TILE_K // 2, W_STAGES), stride=(TILE_K // 2, 1, W_STAGE_BYTES))
         ),
-        tokens=storage.tokens.get_tensor(staged, swizzle=one.inner),
+        token_boxes=storage.tokens.get_tensor(box_layout.outer, swizzle=box_layout.inner),
         w_addr=storage.w.data_ptr().toint(),
         sfw_addr=storage.sfw.data_ptr().toint(),
         tokens_ptr=storage.tokens.data_ptr(),
     )
+    tile_begin = cta_tiles[bidx, 0]
+    tile_end = cta_tiles[bidx, len(VARIANTS)]
 
     if warp_idx < 4:
         cute.arch.warpgroup_reg_dealloc(PRODUCER_REGS)
         if warp_idx == 0:
-            _produce(
-                atom_w, tma_w, atom_t, tma_t, ptrs, descs_addr, tiles,
-                cta_tiles[bidx, 0], cta_tiles[bidx, len(VARIANTS)], pipe, smem,
-            )
+            _produce_weights(atom_w, tma_w, ptrs, descs_addr, tiles, tile_begin, tile_end, pw, smem)
+        if warp_idx == 1:
+            _produce_tokens(atom_t, tma_t, descs_addr, tiles, tile_begin, tile_end, pt, smem)
     else:
         cute.arch.warpgroup_reg_alloc(CONSUMER_REGS)
-        _consume(ptrs, tiles, cta_tiles, bidx, pipe, smem, tidx, warp_idx // 4 - 1)
+        _consume(ptrs, tiles, cta_tiles, bidx, pw, pt, smem, tidx, warp_idx // 4 - 1)
 
 
 @cute.jit
@@ -758,7 +796,7 @@ def make_sm90_launcher(plan):
     descs = torch.empty((len(sizes), 2, DESC_BYTES // 8), dtype=torch.int64, device=device)
     tiles = torch.tensor(records, dtype=torch.int32, device=device)
     cta_tiles = torch.tensor(offsets, dtype=torch.int32, device=device)
-    prep_blocks = max(-(-m * (k // TILE_K) // PREP_THREADS) for m, _, k in sizes)
+    prep_blocks = max(-(-m * (k // TILE_K) * 8 // PREP_THREADS) for m, _, k in sizes)
 
     stream = cuda.CUstream(torch.cuda.current_stream(device).cuda_stream)
     ptrs, sizes_t, tok_ptrs_t = _dyn(plan.pointers), _dyn(plan.problem_sizes), _dyn(tok_ptrs)
