@@ -57,6 +57,7 @@ Stages.  Per stage 4 KB weights + 0.5 KB scales + 32 KB tokens; 6 stages = 219 K
 K-tile 64 = one 128-byte swizzle row of fp16 tokens and 4 wgmma k16 blocks.
 """
 
+import heapq
 from types import SimpleNamespace
 
 import torch
@@ -82,7 +83,9 @@ TOKEN_STEP = 32  # granularity of the compiled wgmma N variants
 VARIANTS = tuple(range(TOKEN_STEP, MAX_TOKENS + 1, TOKEN_STEP))
 W_STAGES = 12  # weights + scales: 4.5 KB per stage, streamed from DRAM, so a deep pipeline
 T_STAGES = 5  # fp16 tokens: up to 32 KB per stage, L2-resident
-TILE_OVERHEAD = 64  # per-tile fixed cost for the scheduler, in token-columns of MMA work
+TILE_COST_K = 48  # scheduler cost model: per k-tile N + TILE_COST_K, per tile TILE_COST_FIXED
+TILE_COST_FIXED = 512
+TOKEN_CHUNKS = (256, 192, 128, 64)  # candidate token-tile heights (multiples of the 64-row box)
 
 W_STAGE_BYTES = TILE_W * TILE_K // 2
 SF_BLOCK_BYTES = 512  # one 128-row x 4-column block of the blocked scale layout = one k-tile
@@ -95,6 +98,7 @@ NUM_THREADS = 384
 PRODUCER_REGS = 40
 CONSUMER_REGS = 232
 PREP_THREADS = 256
+PREP_UNITS = 4  # (row, k-tile) units per pre-pass thread: more loads in flight per thread
 EPILOGUE_SCALE = 16384.0  # 2^14 undoes the 2^-7 carried by each fp16 operand
 
 
@@ -384,33 +388,42 @@ def _init_descs(
 # ---------------------------------------------------------------------------------------------
 @cute.kernel
 def _token_kernel(ptrs: cute.Tensor, sizes: cute.Tensor, tok_ptrs: cute.Tensor):
-    """Eight threads per (row, 64-k tile), one 16-byte output chunk each, so a warp stores 512
-    contiguous bytes (one thread per unit, storing 8 chunks, was 5x slower: partial sectors).
+    """Eight lanes per (row, 64-k tile) unit, one 16-byte output chunk each, so a warp stores 512
+    contiguous bytes; each thread handles PREP_UNITS units, loads first (one thread per unit
+    storing 8 chunks was 5x slower: partial sectors, and latency-bound).
 
     Chunk c = 2j + s (8 fp16, logical k 16j + 8s .. +7) holds, at positions 2q', 2q'+1, output
     o = 2 (j % 2) + s of word W[2q' + j // 2] of the row's 8 words: the k permutation of the
     weights' wgmma fragments (see _consume_tile).  Output o of a word is output 0 of the word
     shifted left by 4o."""
+    cute.arch.griddepcontrol_launch_dependents()  # let the GEMM start streaming weights
     tidx, _, _ = cute.arch.thread_idx()
     bx, g, _ = cute.arch.block_idx()
     m = sizes[g, 0]
     k = sizes[g, 2]
     k_tiles = k // TILE_K
-    t = bx * PREP_THREADS + tidx
-    unit = t >> 3
-    if unit < m * k_tiles:
-        c = t & 7
+    num_units = m * k_tiles
+    warp_units = bx * (PREP_THREADS // 8 * PREP_UNITS) + (tidx >> 5) * (4 * PREP_UNITS)
+    c = tidx & 7
+    j = c >> 1
+    shift = 8 * (j & 1) + 4 * (c & 1)
+    loaded = []
+    for i in cutlass.range_constexpr(PREP_UNITS):
+        unit = cutlass.min(warp_units + 4 * i + ((tidx & 31) >> 3), num_units - 1)
         row = unit // k_tiles
         kt = unit - row * k_tiles
-        j = c >> 1
-        shift = 8 * (j & 1) + 4 * (c & 1)
         src = ptrs[g, 0] + cutlass.Int64(row) * (k // 2) + kt * (TILE_K // 2) + 4 * (j >> 1)
+        words = [ldg_b32(src + 8 * qq) for qq in range(4)]
         sf_word = ldg_b32(ptrs[g, 3] + _sf_offset(row, kt, k_tiles))
+        dst = tok_ptrs[g] + (cutlass.Int64(row) * k + kt * TILE_K) * 2 + 16 * c
+        loaded.append((words, sf_word, dst))
+    for i in cutlass.range_constexpr(PREP_UNITS):
+        words, sf_word, dst = loaded[i]
         vals = [
-            dequant_fp4(ldg_b32(src + 8 * qq) << shift, scale_pair(sf_word, qq), (0,))[0]
-            for qq in range(4)
+            dequant_fp4(words[qq] << shift, scale_pair(sf_word, qq), (0,))[0] for qq in range(4)
         ]
-        stg_v4(tok_ptrs[g] + (cutlass.Int64(row) * k + kt * TILE_K) * 2 + 16 * c, *vals)
+        # units past the end were clamped to the last one: they store the same bytes again
+        stg_v4(dst, *vals)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -502,7 +515,7 @@ def _consume_tile(n_tok, c, tile, pw, pt, st):
     # Lanes g and g^1 swap halves so each stores two adjacent n of one token row (4 bytes).
     odd_g = c.g & 1
     selector = odd_g * (0x3276 - 0x5410) + 0x5410
-    m_limit = tile.m - tile.t0
+    m_limit = tile.m_end - tile.t0
     n_col = tile.n0 + c.wg * 64 + c.warp * 16 + c.g - odd_g
     for v2 in cutlass.range_constexpr(n_tok // 8):
         m_local = 2 * c.q + 8 * v2 + odd_g
@@ -568,12 +581,15 @@ def _produce_tokens(atom_t, tma_t, descs_addr, tiles, tile_begin, tile_end, pt, 
     boxes_per_stage = MAX_TOKENS // TOKEN_BOX_ROWS
     manager = utils.TensorMapManager(utils.TensorMapUpdateMode.GMEM, DESC_BYTES)
     state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, T_STAGES)
+    # The GEMM is launched with programmatic dependent launch: everything before this point (and
+    # the weight stream) overlaps the token pre-pass; its fp16 tokens are read only after it.
+    cute.arch.griddepcontrol_wait()
     last_group = cutlass.Int32(-1)
     for t in range(tile_begin, tile_end):
         g = tiles[t, 0]
         t0 = tiles[t, 2]
         k_tiles = tiles[t, 6] // TILE_K
-        boxes = (cutlass.min(tiles[t, 4] - t0, MAX_TOKENS) + TOKEN_BOX_ROWS - 1) // TOKEN_BOX_ROWS
+        boxes = (tiles[t, 4] - t0 + TOKEN_BOX_ROWS - 1) // TOKEN_BOX_ROWS
         desc = _desc_ptr(descs_addr, g, 0)
         if g != last_group:
             manager.fence_tensormap_update(manager.get_tensormap_ptr(desc))
@@ -630,7 +646,7 @@ def _consume(ptrs, tiles, cta_tiles, bidx, pw, pt, smem, tidx, wg):
             tile = SimpleNamespace(
                 n0=tiles[t, 1],
                 t0=tiles[t, 2],
-                m=tiles[t, 4],
+                m_end=tiles[t, 4],
                 n=tiles[t, 5],
                 k=tiles[t, 6],
                 c_ptr=ptrs[tiles[t, 0], 2],
@@ -723,33 +739,52 @@ def _launch(
         smem=_Storage.size_in_bytes(),
         min_blocks_per_mp=1,
         stream=stream,
+        use_pdl=True,
     )
 
 
 # ---------------------------------------------------------------------------------------------
 # Host side
 # ---------------------------------------------------------------------------------------------
-def build_schedule(sizes, num_sms):
-    """Tile records (int32 [T, 8]: group, n0, t0, variant, m, n, k, 0) ordered by CTA then
-    variant, and per-CTA variant offsets (int32 [P, len(VARIANTS) + 1]): CTA b runs variant v on
-    records [off[b, v], off[b, v + 1])."""
-    tiles = []
-    for grp, (m, n, k) in enumerate(sizes):
-        for t0 in range(0, m, MAX_TOKENS):
-            variant = (min(MAX_TOKENS, m - t0) + TOKEN_STEP - 1) // TOKEN_STEP - 1
-            cost = k * (VARIANTS[variant] + TILE_OVERHEAD)
-            for n0 in range(0, n, TILE_W):
-                tiles.append((cost, (grp, n0, t0, variant, m, n, k, 0)))
+def _tile_cost(n_tok, k):
+    return (k // TILE_K) * (n_tok + TILE_COST_K) + TILE_COST_FIXED
+
+
+def _lpt(tiles, num_sms):
+    """Longest processing time first: biggest tile to the least loaded CTA."""
     num_ctas = min(num_sms, len(tiles))
-    loads = [0] * num_ctas
+    heap = [(0, cta) for cta in range(num_ctas)]
     assigned = [[] for _ in range(num_ctas)]
-    # Longest processing time first: biggest tile to the least loaded CTA.
     for cost, rec in sorted(tiles, key=lambda t: -t[0]):
-        cta = min(range(num_ctas), key=loads.__getitem__)
-        loads[cta] += cost
+        load, cta = heapq.heappop(heap)
         assigned[cta].append(rec)
+        heapq.heappush(heap, (load + cost, cta))
+    return max(load for load, _ in heap), assigned
+
+
+def build_schedule(sizes, num_sms):
+    """Tile records (int32 [T, 8]: group, n0, t0, variant, m_end, n, k, 0; tokens t0..m_end-1)
+    ordered by CTA then
+    variant, and per-CTA variant offsets (int32 [P, len(VARIANTS) + 1]): CTA b runs variant v on
+    records [off[b, v], off[b, v + 1]).
+
+    Token tiles are cut at a height from TOKEN_CHUNKS, the one whose LPT schedule has the
+    smallest modeled makespan: short tiles cost more weight dequantization but fill all SMs when
+    a plan has few weight tiles (two groups of 3072 x 4096 make 72 tiles of 256 tokens)."""
+    best = None
+    for chunk in TOKEN_CHUNKS:
+        tiles = []
+        for grp, (m, n, k) in enumerate(sizes):
+            for t0 in range(0, m, chunk):
+                variant = (min(chunk, m - t0) + TOKEN_STEP - 1) // TOKEN_STEP - 1
+                cost = _tile_cost(VARIANTS[variant], k)
+                m_end = min(m, t0 + chunk)
+                tiles.extend((cost, (grp, n0, t0, variant, m_end, n, k, 0)) for n0 in range(0, n, TILE_W))
+        makespan, assigned = _lpt(tiles, num_sms)
+        if best is None or makespan < best[0]:
+            best = (makespan, assigned)
     records, offsets = [], []
-    for lst in assigned:
+    for lst in best[1]:
         row = [len(records)]
         for v in range(len(VARIANTS)):
             records.extend(sorted((r for r in lst if r[3] == v), key=lambda r: (r[0], r[2], r[1])))
@@ -796,7 +831,7 @@ def make_sm90_launcher(plan):
     descs = torch.empty((len(sizes), 2, DESC_BYTES // 8), dtype=torch.int64, device=device)
     tiles = torch.tensor(records, dtype=torch.int32, device=device)
     cta_tiles = torch.tensor(offsets, dtype=torch.int32, device=device)
-    prep_blocks = max(-(-m * (k // TILE_K) * 8 // PREP_THREADS) for m, _, k in sizes)
+    prep_blocks = max(-(-m * (k // TILE_K) * 8 // (PREP_THREADS * PREP_UNITS)) for m, _, k in sizes)
 
     stream = cuda.CUstream(torch.cuda.current_stream(device).cuda_stream)
     ptrs, sizes_t, tok_ptrs_t = _dyn(plan.pointers), _dyn(plan.problem_sizes), _dyn(tok_ptrs)

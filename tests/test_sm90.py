@@ -77,22 +77,34 @@ def test_compiles_to_hgmma_on_cpu(tmp_path):
     assert "LDL" not in sass and "STL" not in sass  # no register spills
 
 
-def test_schedule_covers_every_tile_once():
+@pytest.mark.parametrize("case", ["bench1", "bench3", "m300", "g16", "mixed"])
+def test_schedule_covers_every_output_once(case):
+    import sm90_check
     import sm90_kernel as K
 
-    sizes = [(80, 4096, 7168), (248, 4096, 7168), (300, 256, 512), (1, 128, 256)]
+    if case == "mixed":
+        sizes = [(80, 4096, 7168), (248, 4096, 7168), (300, 256, 512), (1, 128, 256)]
+    else:
+        sizes = list(zip(*sm90_check.case_shapes(case)))
     records, offsets = K.build_schedule(sizes, 132)
-    expected = {(g, n0, t0) for g, (m, n, k) in enumerate(sizes)
-                for t0 in range(0, m, K.MAX_TOKENS) for n0 in range(0, n, K.TILE_W)}
-    assert sorted((r[0], r[1], r[2]) for r in records) == sorted(expected)
+    covered = {}
+    for g, n0, t0, v, m_end, n, k, _ in records:
+        assert (n, k) == sizes[g][1:] and n0 % K.TILE_W == 0 and t0 % K.TOKEN_BOX_ROWS == 0
+        assert 0 < m_end - t0 <= K.VARIANTS[v] < m_end - t0 + K.TOKEN_STEP  # variant covers tokens
+        covered.setdefault((g, n0), []).append((t0, m_end))
+    for g, (m, n, k) in enumerate(sizes):  # each (group, weight tile): token ranges tile [0, m)
+        for n0 in range(0, n, K.TILE_W):
+            spans = sorted(covered.pop((g, n0)))
+            assert spans[0][0] == 0 and spans[-1][1] == m
+            assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
+    assert not covered
     assert len(offsets) == min(132, len(records))
     for row in offsets:  # each CTA's records grouped by variant, contiguous and in order
         assert row == sorted(row)
         for v in range(len(K.VARIANTS)):
             assert all(records[i][3] == v for i in range(row[v], row[v + 1]))
     assert offsets[0][0] == 0 and offsets[-1][-1] == len(records)
-    for g, n0, t0, v, m, n, k, _ in records:  # the variant covers the tile's tokens
-        assert K.VARIANTS[v] >= min(K.MAX_TOKENS, m - t0) > K.VARIANTS[v] - K.TOKEN_STEP
+    assert all(a[-1] == b[0] for a, b in zip(offsets, offsets[1:]))
 
 
 CASES = [f"test{i}" for i in range(10)] + ["bench1", "bench2", "bench3", "bench4",
