@@ -83,8 +83,10 @@ TOKEN_STEP = 32  # granularity of the compiled wgmma N variants
 VARIANTS = tuple(range(TOKEN_STEP, MAX_TOKENS + 1, TOKEN_STEP))
 W_STAGES = 12  # weights + scales: 4.5 KB per stage, streamed from DRAM, so a deep pipeline
 T_STAGES = 5  # fp16 tokens: up to 32 KB per stage, L2-resident
-TILE_COST_K = 48  # scheduler cost model: per k-tile N + TILE_COST_K, per tile TILE_COST_FIXED
-TILE_COST_FIXED = 512
+# Scheduler cost model, in wgmma N columns: per k-tile max(N, TILE_COST_MIN_N) (a small-N k-step
+# is bound by the weight dequantization, not the tensor cores), per tile TILE_COST_FIXED.
+TILE_COST_MIN_N = 96
+TILE_COST_FIXED = 1024
 TOKEN_CHUNKS = (256, 192, 128, 64)  # candidate token-tile heights (multiples of the 64-row box)
 
 W_STAGE_BYTES = TILE_W * TILE_K // 2
@@ -97,8 +99,7 @@ DESC_BYTES = 128
 NUM_THREADS = 384
 PRODUCER_REGS = 40
 CONSUMER_REGS = 232
-PREP_THREADS = 256
-PREP_UNITS = 4  # (row, k-tile) units per pre-pass thread: more loads in flight per thread
+PREP_THREADS = 128  # pre-pass: one (row, 64-k tile) unit per thread
 EPILOGUE_SCALE = 16384.0  # 2^14 undoes the 2^-7 carried by each fp16 operand
 
 
@@ -143,6 +144,29 @@ def lds_v2(addr, *, loc=None, ip=None):
         True,
     )
     return _unpack(res, 2)
+
+
+@dsl_user_op
+def lds_v4(addr, *, loc=None, ip=None):
+    res = _asm(
+        llvm.StructType.get_literal([T.i32()] * 4),
+        [_i32(addr, loc, ip)],
+        "ld.shared.v4.b32 {$0, $1, $2, $3}, [$4];",
+        "=r,=r,=r,=r,r",
+        True,
+    )
+    return _unpack(res, 4)
+
+
+@dsl_user_op
+def sts_v4(addr, v0, v1, v2, v3, *, loc=None, ip=None):
+    _asm(
+        None,
+        [_i32(a, loc, ip) for a in (addr, v0, v1, v2, v3)],
+        "st.shared.v4.b32 [$0], {$1, $2, $3, $4};",
+        "r,r,r,r,r",
+        True,
+    )
 
 
 @dsl_user_op
@@ -268,6 +292,18 @@ def pack_f16x2(lo, hi, *, loc=None, ip=None):
 
 
 @dsl_user_op
+def ldg_v4(addr, *, loc=None, ip=None):
+    res = _asm(
+        llvm.StructType.get_literal([T.i32()] * 4),
+        [cutlass.Int64(addr).ir_value(loc=loc, ip=ip)],
+        "ld.global.nc.v4.b32 {$0, $1, $2, $3}, [$4];",
+        "=r,=r,=r,=r,l",
+        True,
+    )
+    return _unpack(res, 4)
+
+
+@dsl_user_op
 def ldg_b32(addr, *, loc=None, ip=None):
     return cutlass.Int32(
         _asm(
@@ -386,16 +422,21 @@ def _init_descs(
 # ---------------------------------------------------------------------------------------------
 # Token pre-pass: FP4 tokens x scales -> fp16 (x 2^-7), k permuted within each 64-k tile
 # ---------------------------------------------------------------------------------------------
+@cute.struct
+class _PrepStorage:
+    staging: cute.struct.Align[cute.struct.MemRange[cutlass.Uint8, PREP_THREADS * 128], 128]
+
+
 @cute.kernel
 def _token_kernel(ptrs: cute.Tensor, sizes: cute.Tensor, tok_ptrs: cute.Tensor):
-    """Eight lanes per (row, 64-k tile) unit, one 16-byte output chunk each, so a warp stores 512
-    contiguous bytes; each thread handles PREP_UNITS units, loads first (one thread per unit
-    storing 8 chunks was 5x slower: partial sectors, and latency-bound).
+    """One thread per (row, 64-k tile) unit u: 32 B of FP4 at a + 32u and 4 scales in, 128 B of
+    fp16 out at tok + 128u.  Chunks go through shared memory (XOR-swizzled, conflict-free) so
+    each warp store writes 512 contiguous bytes; storing straight from the thread left partial
+    sectors and ran 4x slower.
 
     Chunk c = 2j + s (8 fp16, logical k 16j + 8s .. +7) holds, at positions 2q', 2q'+1, output
     o = 2 (j % 2) + s of word W[2q' + j // 2] of the row's 8 words: the k permutation of the
-    weights' wgmma fragments (see _consume_tile).  Output o of a word is output 0 of the word
-    shifted left by 4o."""
+    weights' wgmma fragments (see _consume_tile)."""
     cute.arch.griddepcontrol_launch_dependents()  # let the GEMM start streaming weights
     tidx, _, _ = cute.arch.thread_idx()
     bx, g, _ = cute.arch.block_idx()
@@ -403,27 +444,29 @@ def _token_kernel(ptrs: cute.Tensor, sizes: cute.Tensor, tok_ptrs: cute.Tensor):
     k = sizes[g, 2]
     k_tiles = k // TILE_K
     num_units = m * k_tiles
-    warp_units = bx * (PREP_THREADS // 8 * PREP_UNITS) + (tidx >> 5) * (4 * PREP_UNITS)
-    c = tidx & 7
-    j = c >> 1
-    shift = 8 * (j & 1) + 4 * (c & 1)
-    loaded = []
-    for i in cutlass.range_constexpr(PREP_UNITS):
-        unit = cutlass.min(warp_units + 4 * i + ((tidx & 31) >> 3), num_units - 1)
+    warp_base = bx * PREP_THREADS + (tidx & ~31)
+    lane = tidx & 31
+    unit = warp_base + lane
+    staging = utils.SmemAllocator().allocate(_PrepStorage).staging.data_ptr().toint()
+    warp_smem = staging + (tidx & ~31) * 128
+    if unit < num_units:
         row = unit // k_tiles
         kt = unit - row * k_tiles
-        src = ptrs[g, 0] + cutlass.Int64(row) * (k // 2) + kt * (TILE_K // 2) + 4 * (j >> 1)
-        words = [ldg_b32(src + 8 * qq) for qq in range(4)]
+        src = ptrs[g, 0] + cutlass.Int64(unit) * (TILE_K // 2)
+        words = ldg_v4(src) + ldg_v4(src + 16)
         sf_word = ldg_b32(ptrs[g, 3] + _sf_offset(row, kt, k_tiles))
-        dst = tok_ptrs[g] + (cutlass.Int64(row) * k + kt * TILE_K) * 2 + 16 * c
-        loaded.append((words, sf_word, dst))
-    for i in cutlass.range_constexpr(PREP_UNITS):
-        words, sf_word, dst = loaded[i]
-        vals = [
-            dequant_fp4(words[qq] << shift, scale_pair(sf_word, qq), (0,))[0] for qq in range(4)
-        ]
-        # units past the end were clamped to the last one: they store the same bytes again
-        stg_v4(dst, *vals)
+        outs = [dequant_fp4(words[i], scale_pair(sf_word, i // 2), (0, 1, 2, 3)) for i in range(8)]
+        for c in cutlass.range_constexpr(8):
+            j, s = c // 2, c % 2
+            o, w = 2 * (j % 2) + s, j // 2
+            sts_v4(warp_smem + lane * 128 + ((c ^ (lane & 7)) << 4), *[outs[2 * qq + w][o] for qq in range(4)])
+    cute.arch.sync_warp()
+    dst = tok_ptrs[g] + cutlass.Int64(warp_base) * 128
+    for i in cutlass.range_constexpr(8):
+        src_unit = 4 * i + (lane >> 3)
+        if warp_base + src_unit < num_units:
+            vals = lds_v4(warp_smem + src_unit * 128 + (((lane & 7) ^ (src_unit & 7)) << 4))
+            stg_v4(dst + i * 512 + lane * 16, *vals)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -730,7 +773,10 @@ def _launch(
     stream: cuda.CUstream,
 ):
     _token_kernel(ptrs, sizes, tok_ptrs).launch(
-        grid=(prep_blocks, num_groups, 1), block=(PREP_THREADS, 1, 1), stream=stream
+        grid=(prep_blocks, num_groups, 1),
+        block=(PREP_THREADS, 1, 1),
+        smem=_PrepStorage.size_in_bytes(),
+        stream=stream,
     )
     atom_w, tma_w, atom_t, tma_t = _tma_atoms(w_template, tok_template)
     _gemm_kernel(atom_w, tma_w, atom_t, tma_t, ptrs, descs_addr, tiles, cta_tiles).launch(
@@ -747,7 +793,7 @@ def _launch(
 # Host side
 # ---------------------------------------------------------------------------------------------
 def _tile_cost(n_tok, k):
-    return (k // TILE_K) * (n_tok + TILE_COST_K) + TILE_COST_FIXED
+    return (k // TILE_K) * max(n_tok, TILE_COST_MIN_N) + TILE_COST_FIXED
 
 
 def _lpt(tiles, num_sms):
@@ -831,7 +877,7 @@ def make_sm90_launcher(plan):
     descs = torch.empty((len(sizes), 2, DESC_BYTES // 8), dtype=torch.int64, device=device)
     tiles = torch.tensor(records, dtype=torch.int32, device=device)
     cta_tiles = torch.tensor(offsets, dtype=torch.int32, device=device)
-    prep_blocks = max(-(-m * (k // TILE_K) * 8 // (PREP_THREADS * PREP_UNITS)) for m, _, k in sizes)
+    prep_blocks = max(-(-m * (k // TILE_K) // PREP_THREADS) for m, _, k in sizes)
 
     stream = cuda.CUstream(torch.cuda.current_stream(device).cuda_stream)
     ptrs, sizes_t, tok_ptrs_t = _dyn(plan.pointers), _dyn(plan.problem_sizes), _dyn(tok_ptrs)
