@@ -83,10 +83,10 @@ TOKEN_STEP = 32  # granularity of the compiled wgmma N variants
 VARIANTS = tuple(range(TOKEN_STEP, MAX_TOKENS + 1, TOKEN_STEP))
 W_STAGES = 12  # weights + scales: 4.5 KB per stage, streamed from DRAM, so a deep pipeline
 T_STAGES = 5  # fp16 tokens: up to 32 KB per stage, L2-resident
-# Scheduler cost model, in wgmma N columns: per k-tile N + TILE_COST_K (weight dequantization and
-# other per-step work not hidden behind the tensor cores), per tile (or split-K half) TILE_COST_FIXED.
-TILE_COST_K = 48
-TILE_COST_FIXED = 256
+# Scheduler cost model, in wgmma N columns: per k-tile max(N, TILE_COST_MIN_N) (a small-N k-step
+# is bound by the weight dequantization, not the tensor cores), per tile TILE_COST_FIXED.
+TILE_COST_MIN_N = 96
+TILE_COST_FIXED = 1024
 TOKEN_CHUNKS = (256, 192, 128, 64)  # candidate token-tile heights (multiples of the 64-row box)
 
 W_STAGE_BYTES = TILE_W * TILE_K // 2
@@ -194,69 +194,6 @@ def bulk_copy_g2s(smem_addr, gmem_addr, nbytes, mbar_addr, *, loc=None, ip=None)
         "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [$0], [$1], $2, [$3];",
         "r,l,r,r",
         True,
-    )
-
-
-@dsl_user_op
-def stg_v4_f32(addr, v0, v1, v2, v3, *, loc=None, ip=None):
-    _asm(
-        None,
-        [cutlass.Int64(addr).ir_value(loc=loc, ip=ip)]
-        + [cutlass.Float32(v).ir_value(loc=loc, ip=ip) for v in (v0, v1, v2, v3)],
-        "st.global.v4.f32 [$0], {$1, $2, $3, $4};",
-        "l,f,f,f,f",
-        True,
-    )
-
-
-@dsl_user_op
-def ldg_cg_v4_f32(addr, *, loc=None, ip=None):
-    """L2-coherent load (bypasses L1): the data was written by another CTA of this grid."""
-    res = _asm(
-        llvm.StructType.get_literal([T.f32()] * 4),
-        [cutlass.Int64(addr).ir_value(loc=loc, ip=ip)],
-        "ld.global.cg.v4.f32 {$0, $1, $2, $3}, [$4];",
-        "=f,=f,=f,=f,l",
-        True,
-    )
-    return [cutlass.Float32(llvm.extractvalue(T.f32(), res, [i])) for i in range(4)]
-
-
-@dsl_user_op
-def atomic_inc_global(addr, *, loc=None, ip=None):
-    """atomicAdd(addr, 1) on a global u32; returns the old value."""
-    return cutlass.Int32(
-        _asm(
-            T.i32(),
-            [cutlass.Int64(addr).ir_value(loc=loc, ip=ip)],
-            "atom.global.add.u32 $0, [$1], 1;",
-            "=r,l",
-            True,
-        )
-    )
-
-
-@dsl_user_op
-def stg_b32(addr, value, *, loc=None, ip=None):
-    _asm(
-        None,
-        [cutlass.Int64(addr).ir_value(loc=loc, ip=ip), _i32(value, loc, ip)],
-        "st.global.b32 [$0], $1;",
-        "l,r",
-        True,
-    )
-
-
-@dsl_user_op
-def shfl_idx0(value, *, loc=None, ip=None):
-    return cutlass.Int32(
-        _asm(
-            T.i32(),
-            [_i32(value, loc, ip)],
-            "shfl.sync.idx.b32 $0, $1, 0, 0x1f, 0xffffffff;",
-            "=r,r",
-            True,
-        )
     )
 
 
@@ -578,7 +515,7 @@ def _consume_tile(n_tok, c, tile, pw, pt, st):
     w_read, t_read, t_release = st
 
     # Two A fragments alternate so the dequantization of k-tile i+1 overlaps wgmma i.
-    for kt2 in range(tile.kt_count // 2):
+    for kt2 in range(tile.k // (2 * TILE_K)):
         for par in cutlass.range_constexpr(2):
             # Weights -> wgmma A fragments.  Thread (g, q) of warp w holds rows r = 16w + g and
             # r + 8, k pairs 2q, 2q+1 and 2q+8, 2q+9 of each k16 block: those are fed from
@@ -617,41 +554,11 @@ def _consume_tile(n_tok, c, tile, pw, pt, st):
     pt.consumer_release(t_release)
     t_release.advance()
 
-    # Split-K: both halves store their fp32 partials; the warp whose counter increment comes
-    # second adds the other half's partial and writes C (fp32 addition commutes, so the result
-    # does not depend on which half finishes last), then resets the counter for the next call.
-    is_final = cutlass.Boolean(True)
-    if tile.split_slot >= 0:
-        frag = n_tok // 2
-        slot = cutlass.Int64(tile.split_slot)
-        mine = c.partials + ((slot * 2 + tile.half) * 256 + c.ct) * (MAX_TOKENS * 2)
-        for e in cutlass.range_constexpr(0, frag, 4):
-            stg_v4_f32(mine + 4 * e, acc[e], acc[e + 1], acc[e + 2], acc[e + 3])
-        cute.arch.fence_acq_rel_gpu()
-        cute.arch.sync_warp()
-        counter = c.counters + (slot * 8 + c.ct // 32) * 4
-        arrived = cutlass.Int32(0)
-        if c.lane == 0:
-            arrived = atomic_inc_global(counter)
-        arrived = shfl_idx0(arrived)
-        is_final = arrived == 1
-        if is_final:
-            cute.arch.fence_acq_rel_gpu()
-            other = c.partials + ((slot * 2 + 1 - tile.half) * 256 + c.ct) * (MAX_TOKENS * 2)
-            for e in cutlass.range_constexpr(0, frag, 4):
-                vals = ldg_cg_v4_f32(other + 4 * e)
-                for i in cutlass.range_constexpr(4):
-                    acc[e + i] = acc[e + i] + vals[i]
-            if c.lane == 0:
-                stg_b32(counter, 0)
-
     # Epilogue: acc element (v0, v1, v2) is weight row 16*warp + g + 8*v1, token 2q + v0 + 8*v2.
     # Lanes g and g^1 swap halves so each stores two adjacent n of one token row (4 bytes).
     odd_g = c.g & 1
     selector = odd_g * (0x3276 - 0x5410) + 0x5410
     m_limit = tile.m_end - tile.t0
-    if not is_final:
-        m_limit = cutlass.Int32(0)
     n_col = tile.n0 + c.wg * 64 + c.warp * 16 + c.g - odd_g
     for v2 in cutlass.range_constexpr(n_tok // 8):
         m_local = 2 * c.q + 8 * v2 + odd_g
@@ -678,12 +585,12 @@ def _produce_weights(atom_w, tma_w, ptrs, descs_addr, tiles, tile_begin, tile_en
     for t in range(tile_begin, tile_end):
         g = tiles[t, 0]
         n0 = tiles[t, 1]
-        k_tiles = tiles[t, 6]
+        k_tiles = tiles[t, 6] // TILE_K
         desc = _desc_ptr(descs_addr, g, 1)
         if g != last_group:
             manager.fence_tensormap_update(manager.get_tensormap_ptr(desc))
         last_group = g
-        for kt in range(tiles[t, 7], tiles[t, 7] + tiles[t, 8]):
+        for kt in range(k_tiles):
             pw.producer_acquire(state)
             bar = pw.producer_get_barrier(state)
             cute.copy(
@@ -724,12 +631,13 @@ def _produce_tokens(atom_t, tma_t, descs_addr, tiles, tile_begin, tile_end, pt, 
     for t in range(tile_begin, tile_end):
         g = tiles[t, 0]
         t0 = tiles[t, 2]
+        k_tiles = tiles[t, 6] // TILE_K
         boxes = (tiles[t, 4] - t0 + TOKEN_BOX_ROWS - 1) // TOKEN_BOX_ROWS
         desc = _desc_ptr(descs_addr, g, 0)
         if g != last_group:
             manager.fence_tensormap_update(manager.get_tensormap_ptr(desc))
         last_group = g
-        for kt in range(tiles[t, 7], tiles[t, 7] + tiles[t, 8]):
+        for kt in range(k_tiles):
             pt.sync_object_empty.wait(state.index, state.phase)
             bar = pt.producer_get_barrier(state)
             with cute.arch.elect_one():
@@ -747,7 +655,7 @@ def _produce_tokens(atom_t, tma_t, descs_addr, tiles, tile_begin, tile_end, pt, 
 
 
 @cute.jit
-def _consume(ptrs, tiles, cta_tiles, bidx, pw, pt, smem, splitk, tidx, wg):
+def _consume(ptrs, tiles, cta_tiles, bidx, pw, pt, smem, tidx, wg):
     """Consumer warpgroups: walk the CTA's tiles, one loop per wgmma N variant.
 
     The CTA's tiles are sorted by variant, so each variant is a separate loop rather than a
@@ -762,14 +670,10 @@ def _consume(ptrs, tiles, cta_tiles, bidx, pw, pt, smem, splitk, tidx, wg):
     c = SimpleNamespace(
         wg=wg,
         wg_tid=wg_tid,
-        ct=tidx - 128,
-        lane=lane,
         warp=warp,
         g=g,
         q=lane % 4,
         rows=(r0, r0 + 8),
-        partials=splitk[0],
-        counters=splitk[1],
         w_addr=smem.w_addr,
         sfw_addr=smem.sfw_addr,
         tokens_ptr=smem.tokens_ptr,
@@ -787,9 +691,7 @@ def _consume(ptrs, tiles, cta_tiles, bidx, pw, pt, smem, splitk, tidx, wg):
                 t0=tiles[t, 2],
                 m_end=tiles[t, 4],
                 n=tiles[t, 5],
-                kt_count=tiles[t, 8],
-                split_slot=tiles[t, 9],
-                half=tiles[t, 10],
+                k=tiles[t, 6],
                 c_ptr=ptrs[tiles[t, 0], 2],
             )
             st = _consume_tile(VARIANTS[vi], c, tile, pw, pt, st)
@@ -805,8 +707,6 @@ def _gemm_kernel(
     descs_addr: cutlass.Int64,
     tiles: cute.Tensor,
     cta_tiles: cute.Tensor,
-    partials_addr: cutlass.Int64,
-    counters_addr: cutlass.Int64,
 ):
     tidx, _, _ = cute.arch.thread_idx()
     bidx, _, _ = cute.arch.block_idx()
@@ -854,8 +754,7 @@ def _gemm_kernel(
             _produce_tokens(atom_t, tma_t, descs_addr, tiles, tile_begin, tile_end, pt, smem)
     else:
         cute.arch.warpgroup_reg_alloc(CONSUMER_REGS)
-        splitk = (partials_addr, counters_addr)
-        _consume(ptrs, tiles, cta_tiles, bidx, pw, pt, smem, splitk, tidx, warp_idx // 4 - 1)
+        _consume(ptrs, tiles, cta_tiles, bidx, pw, pt, smem, tidx, warp_idx // 4 - 1)
 
 
 @cute.jit
@@ -868,8 +767,6 @@ def _launch(
     descs_addr: cutlass.Int64,
     tiles: cute.Tensor,
     cta_tiles: cute.Tensor,
-    partials_addr: cutlass.Int64,
-    counters_addr: cutlass.Int64,
     num_groups: cutlass.Int32,
     prep_blocks: cutlass.Int32,
     num_ctas: cutlass.Int32,
@@ -882,9 +779,7 @@ def _launch(
         stream=stream,
     )
     atom_w, tma_w, atom_t, tma_t = _tma_atoms(w_template, tok_template)
-    _gemm_kernel(
-        atom_w, tma_w, atom_t, tma_t, ptrs, descs_addr, tiles, cta_tiles, partials_addr, counters_addr
-    ).launch(
+    _gemm_kernel(atom_w, tma_w, atom_t, tma_t, ptrs, descs_addr, tiles, cta_tiles).launch(
         grid=(num_ctas, 1, 1),
         block=(NUM_THREADS, 1, 1),
         smem=_Storage.size_in_bytes(),
@@ -897,8 +792,8 @@ def _launch(
 # ---------------------------------------------------------------------------------------------
 # Host side
 # ---------------------------------------------------------------------------------------------
-def _tile_cost(n_tok, k_tiles, split):
-    return k_tiles * (n_tok + TILE_COST_K) + TILE_COST_FIXED * split
+def _tile_cost(n_tok, k):
+    return (k // TILE_K) * max(n_tok, TILE_COST_MIN_N) + TILE_COST_FIXED
 
 
 def _lpt(tiles, num_sms):
@@ -914,45 +809,34 @@ def _lpt(tiles, num_sms):
 
 
 def build_schedule(sizes, num_sms):
-    """Tile records (int32 [T, 12]: group, n0, t0, variant, m_end, n, k_tiles, kt_begin,
-    kt_count, split_slot (-1: none), half, 0; tokens t0..m_end-1) ordered by CTA then variant,
-    per-CTA variant offsets (int32 [P, len(VARIANTS) + 1]: CTA b runs variant v on records
-    [off[b, v], off[b, v + 1])) and the number of split-K slots.
+    """Tile records (int32 [T, 8]: group, n0, t0, variant, m_end, n, k, 0; tokens t0..m_end-1)
+    ordered by CTA then
+    variant, and per-CTA variant offsets (int32 [P, len(VARIANTS) + 1]): CTA b runs variant v on
+    records [off[b, v], off[b, v + 1]).
 
-    Two knobs are chosen by the smallest modeled LPT makespan.  The token-tile height (from
-    TOKEN_CHUNKS): short tiles cost more weight dequantization but fill all SMs when a plan has
-    few weight tiles (two groups of 3072 x 4096 make 72 tiles of 256 tokens).  Split-K in two:
-    halves the work units (the eight groups of bench 1 make 256 tiles of very different sizes
-    for 132 SMs) at the price of an fp32 partial exchange."""
+    Token tiles are cut at a height from TOKEN_CHUNKS, the one whose LPT schedule has the
+    smallest modeled makespan: short tiles cost more weight dequantization but fill all SMs when
+    a plan has few weight tiles (two groups of 3072 x 4096 make 72 tiles of 256 tokens)."""
     best = None
-    for split in (1, 2):
-        for chunk in TOKEN_CHUNKS:
-            tiles, slots = [], 0
-            for grp, (m, n, k) in enumerate(sizes):
-                k_tiles = k // TILE_K
-                halves = split if k_tiles % (2 * split) == 0 else 1
-                kt_count = k_tiles // halves
-                for t0 in range(0, m, chunk):
-                    variant = (min(chunk, m - t0) + TOKEN_STEP - 1) // TOKEN_STEP - 1
-                    cost = _tile_cost(VARIANTS[variant], kt_count, halves)
-                    m_end = min(m, t0 + chunk)
-                    for n0 in range(0, n, TILE_W):
-                        slot = slots if halves == 2 else -1
-                        slots += halves == 2
-                        for half in range(halves):
-                            rec = (grp, n0, t0, variant, m_end, n, k_tiles, half * kt_count, kt_count, slot, half, 0)
-                            tiles.append((cost, rec))
-            makespan, assigned = _lpt(tiles, num_sms)
-            if best is None or makespan < best[0]:
-                best = (makespan, assigned, slots)
+    for chunk in TOKEN_CHUNKS:
+        tiles = []
+        for grp, (m, n, k) in enumerate(sizes):
+            for t0 in range(0, m, chunk):
+                variant = (min(chunk, m - t0) + TOKEN_STEP - 1) // TOKEN_STEP - 1
+                cost = _tile_cost(VARIANTS[variant], k)
+                m_end = min(m, t0 + chunk)
+                tiles.extend((cost, (grp, n0, t0, variant, m_end, n, k, 0)) for n0 in range(0, n, TILE_W))
+        makespan, assigned = _lpt(tiles, num_sms)
+        if best is None or makespan < best[0]:
+            best = (makespan, assigned)
     records, offsets = [], []
     for lst in best[1]:
         row = [len(records)]
         for v in range(len(VARIANTS)):
-            records.extend(sorted((r for r in lst if r[3] == v), key=lambda r: (r[0], r[2], r[1], r[7])))
+            records.extend(sorted((r for r in lst if r[3] == v), key=lambda r: (r[0], r[2], r[1])))
             row.append(len(records))
         offsets.append(row)
-    return records, offsets, best[2]
+    return records, offsets
 
 
 def _dyn(t):
@@ -978,7 +862,7 @@ def make_sm90_launcher(plan):
             raise ValueError(f"sm90 kernel needs M >= 1, N % {TILE_W} == 0, K % 128 == 0: {(m, n, k)}")
     device = plan.device
     num_sms = torch.cuda.get_device_properties(device).multi_processor_count
-    records, offsets, slots = build_schedule(sizes, num_sms)
+    records, offsets = build_schedule(sizes, num_sms)
 
     # fp16 token scratch, one [m, k] matrix per group (256-byte aligned)
     starts, total = [], 0
@@ -993,10 +877,6 @@ def make_sm90_launcher(plan):
     descs = torch.empty((len(sizes), 2, DESC_BYTES // 8), dtype=torch.int64, device=device)
     tiles = torch.tensor(records, dtype=torch.int32, device=device)
     cta_tiles = torch.tensor(offsets, dtype=torch.int32, device=device)
-    # split-K: fp32 partials (2 halves x 256 threads x MAX_TOKENS / 2 floats per slot) and one
-    # arrival counter per consumer warp; counters are reset by the warp that consumes them.
-    partials = torch.empty(max(slots, 1) * 2 * 256 * MAX_TOKENS // 2, dtype=torch.float32, device=device)
-    counters = torch.zeros(max(slots, 1) * 8, dtype=torch.int32, device=device)
     prep_blocks = max(-(-m * (k // TILE_K) // PREP_THREADS) for m, _, k in sizes)
 
     stream = cuda.CUstream(torch.cuda.current_stream(device).cuda_stream)
@@ -1007,8 +887,7 @@ def make_sm90_launcher(plan):
 
     args = (
         w_template, tok_template, ptrs, sizes_t, tok_ptrs_t, descs.data_ptr(),
-        _dyn(tiles), _dyn(cta_tiles), partials.data_ptr(), counters.data_ptr(),
-        len(sizes), prep_blocks, len(offsets),
+        _dyn(tiles), _dyn(cta_tiles), len(sizes), prep_blocks, len(offsets),
     )
     launch = _compiled_fn("gemm", _launch, *args, stream)
 
@@ -1017,5 +896,5 @@ def make_sm90_launcher(plan):
             stream = cuda.CUstream(stream)
         launch(*args, stream)
 
-    launcher.keep_alive = (scratch, tok_ptrs, descs, tiles, cta_tiles, partials, counters, plan)
+    launcher.keep_alive = (scratch, tok_ptrs, descs, tiles, cta_tiles, plan)
     return launcher
