@@ -15,26 +15,32 @@ one warpgroup is C^T for 64 weight rows x n tokens.
 Two kernels per call.  (1) A token pre-pass turns the FP4 tokens x their scales into fp16 once
 per call (M x K, a few MB) in a scratch buffer.  Dequantizing tokens inside the GEMM instead
 repeats that work for every 128-row weight tile (N / 128 times) and needs a barrier between the
-consumer warpgroups per k-step; measured, it made the GEMM issue-bound.  (2) The persistent GEMM.
+consumer warpgroups per k-step; measured, that made the GEMM issue-bound (bench 1: 171 us).
+(2) The persistent GEMM, launched with programmatic dependent launch: its prologue and weight
+stream start while the pre-pass finishes; only its token loads wait (griddepcontrol.wait).
 
 Tiles and schedule.  A GEMM tile is 128 weight rows (two consumer warpgroups x 64) x up to 256
-tokens x the whole K.  Its wgmma N is the tile's token count rounded up to TOKEN_STEP, one of
-VARIANTS compiled side by side, so small-M groups waste little tensor-core work and a group of
-<= 256 tokens is one tile wide (each weight row is dequantized once).  The tile list of a plan is
-built once on the host (shapes are known then) and spread over min(#SMs, #tiles) persistent CTAs
-by longest-processing-time-first, because tile costs differ up to 8x between groups and plain
-round-robin leaves SMs idle.  Each CTA runs its tiles sorted by variant, one loop per variant:
-with the eight accumulator shapes behind branches inside one loop, ptxas ran out of registers
-and serialized every wgmma.  Nothing in the compiled code depends on shapes or group count.
+tokens x the whole K.  Its wgmma N is the tile's token count rounded up to TOKEN_STEP (16), one
+of the VARIANTS compiled side by side, so small-M groups waste little tensor-core work and a
+group of <= 256 tokens is one tile high (each weight row is dequantized once).  The tile list of
+a plan is built once on the host (shapes are known then) and spread over min(#SMs, #tiles)
+persistent CTAs by longest-processing-time-first plus swaps, because tile costs differ up to 8x
+between groups and round-robin leaves SMs idle; the token-tile height (256/192/128/64) is picked
+by the modeled makespan (two groups of 3072 x 4096 would otherwise make only 72 tiles for 132
+SMs).  Each CTA runs its tiles sorted by variant, one loop per variant: with the accumulator
+shapes behind branches inside one loop, ptxas ran out of registers and serialized every wgmma.
+Nothing in the compiled code depends on shapes or group count.
 
-Warp roles (384 threads, setmaxnreg 40 / 232).  Warp 0 produces: per k-tile (64 k) one TMA of the
-weight tile (128 rows x 32 B FP4, no swizzle), one TMA of the fp16 token tile (256 rows x 64,
-128B swizzle = wgmma's K-major layout; rows past M are zero-filled) and a 1-D bulk copy of the
-weight scales (in the 128x4 blocked layout a 128-row block x one k-tile is one 512-byte run), all
-on one mbarrier (PipelineTmaAsync, NUM_STAGES deep, 37376 bytes per stage).  Warpgroups 1 and 2
-consume independently: dequantize their 64 weight rows straight into wgmma A fragments, issue 4
-wgmma k16 blocks, keep one wgmma group in flight (two A fragments alternate) and release a stage
-once the wgmma that read it has retired.
+Warp roles (384 threads, setmaxnreg 40 / 232) and barriers.  Warp 0 streams weights: per k-tile
+(64 k) one TMA of the 128-row FP4 tile (32 B per row, no swizzle) and a 1-D bulk copy of its
+scales (in the 128x4 blocked layout 128 rows x one k-tile is one 512-byte run), on a 12-deep
+PipelineTmaAsync (4.5 KB stages: weights come from DRAM and need depth).  Warp 1 streams tokens:
+per k-tile the 64-row boxes of fp16 tokens the tile needs (TMA with 128B swizzle = wgmma's K-major
+layout; rows past M zero-filled) on a 5-deep pipeline of 32 KB stages (L2-resident data), arriving
+with the per-tile transaction size itself.  Warpgroups 1 and 2 consume independently: dequantize
+their 64 weight rows straight into wgmma A fragments and release the weight stage at once, issue 4
+wgmma k16 blocks on the token stage, keep one wgmma group in flight (two A fragments alternate)
+and release a token stage when the wgmma that read it has retired.
 TMA descriptors (tokens, weights) per group are written once per plan by a small init kernel into
 a global workspace (template descriptor + tensormap.replace of address, shape and stride) and used
 through tma_desc_ptr after a tensormap acquire fence when the group changes.  NVIDIA's grouped
@@ -53,7 +59,7 @@ tokens in the same permuted order.
 Epilogue.  Accumulators are scaled, rounded to fp16 and paired across neighbouring lanes with one
 shuffle so each lane stores 4 bytes (two adjacent n) of a token row; rows m >= M are not written.
 
-Stages.  Per stage 4 KB weights + 0.5 KB scales + 32 KB tokens; 6 stages = 219 KB of the 227 KB.
+Shared memory: 12 x 4.5 KB weight stages + 5 x 32 KB token stages = 215 KB of the 227 KB.
 K-tile 64 = one 128-byte swizzle row of fp16 tokens and 4 wgmma k16 blocks.
 """
 
