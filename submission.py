@@ -443,11 +443,12 @@ class Sm100GroupedGemm:
         n = cute.assume(n, N_MULTIPLE)
         return cute.make_tensor(ptr, cute.make_layout((m, n, 1), stride=(n, 1, 0)))
 
-    def _group_tensors(self, pointer_table, group, m, n, k):
-        """The five global tensors of `group`, built from the pointer table."""
+    def _group_tensors(self, pointer_table, tile):
+        """The five global tensors of the group that owns `tile`, built from the pointer table."""
+        m, n, k = tile.problem_shape_m, tile.problem_shape_n, tile.problem_shape_k
 
         def ptr(column, dtype):
-            return cute.make_ptr(dtype, pointer_table[(group, column)], cute.AddressSpace.gmem, assumed_align=16)
+            return cute.make_ptr(dtype, pointer_table[(tile.group_idx, column)], cute.AddressSpace.gmem, assumed_align=16)
 
         return (
             self._operand_tensor(ptr(0, AB_DTYPE), m, k),
@@ -572,9 +573,7 @@ class Sm100GroupedGemm:
                 tile = groups.delinearize_z(work.tile_idx, problem_sizes)
                 group_changed = tile.group_idx != last_group
                 if group_changed:
-                    a, b, _, sfa, sfb = self._group_tensors(
-                        pointer_table, tile.group_idx, tile.problem_shape_m, tile.problem_shape_n, tile.problem_shape_k
-                    )
+                    a, b, _, sfa, sfb = self._group_tensors(pointer_table, tile)
                     tensormap_manager.update_tensormap(
                         (a, b, sfa, sfb),
                         (tma_atom_a, tma_atom_b, tma_atom_sfa, tma_atom_sfb),
@@ -723,9 +722,7 @@ class Sm100GroupedGemm:
                 tile = groups.delinearize_z(work.tile_idx, problem_sizes)
                 group_changed = tile.group_idx != last_group
                 if group_changed:
-                    _, _, c, _, _ = self._group_tensors(
-                        pointer_table, tile.group_idx, tile.problem_shape_m, tile.problem_shape_n, tile.problem_shape_k
-                    )
+                    _, _, c, _, _ = self._group_tensors(pointer_table, tile)
                     tensormap_manager.update_tensormap(
                         (c,), (tma_atom_c,), (tensormap_gmem[TM_C],), first_epilogue_warp, (tensormap_smem[TM_C],)
                     )
