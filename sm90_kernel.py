@@ -33,10 +33,10 @@ Nothing in the compiled code depends on shapes or group count.
 
 Warp roles (384 threads, setmaxnreg 40 / 232) and barriers.  Warp 0 streams weights: per k-tile
 (64 k) one TMA of the 128-row FP4 tile (32 B per row, no swizzle) and a 1-D bulk copy of its
-scales (in the 128x4 blocked layout 128 rows x one k-tile is one 512-byte run), on a 12-deep
-PipelineTmaAsync (4.5 KB stages: weights come from DRAM and need depth).  Warp 1 streams tokens:
-per k-tile the 64-row boxes of fp16 tokens the tile needs (TMA with 128B swizzle = wgmma's K-major
-layout; rows past M zero-filled) on a 5-deep pipeline of 32 KB stages (L2-resident data), arriving
+scales (in the 128x4 blocked layout 128 rows x one k-tile is one 512-byte run), on a 7-deep
+PipelineTmaAsync (4.5 KB stages from DRAM).  Warp 1 streams tokens: per k-tile the 64-row boxes of
+fp16 tokens the tile needs (TMA with 128B swizzle = wgmma's K-major layout; rows past M
+zero-filled) on a 6-deep pipeline of 32 KB stages (L2-resident data), arriving
 with the per-tile transaction size itself.  Warpgroups 1 and 2 consume independently: dequantize
 their 64 weight rows straight into wgmma A fragments and release the weight stage at once, issue 4
 wgmma k16 blocks on the token stage, keep one wgmma group in flight (two A fragments alternate)
@@ -50,16 +50,21 @@ here, so that work leaves the per-call path.
 Dequantization.  The contraction order over k is free when both operands use the same
 permutation, so k is permuted within each 64-k tile to make loads cheap: a thread's A fragment
 (k pairs 2q, 2q+1, 2q+8, 2q+9 of each k16 block) comes from 8 contiguous bytes per row, and each
-32-bit word yields four f16x2 with two shifts and masks each (nibble bits s,e1,e0,m moved to f16
-bits 15,11,10,9 give value * 2^-14 exactly, subnormals included).  Scales are converted with
-cvt.f16x2.e4m3x2 and multiplied by 2^7, so every fp16 operand is value * 2^-7 (exact; 6 * 448 does
-not overflow) and the epilogue multiplies the fp32 accumulator by 2^14.  The pre-pass writes the
-tokens in the same permuted order.
+32-bit word yields four f16x2 with 11 integer instructions (nibble bits s,e1,e0,m moved to f16
+bits 15,11,10,9 give value * 2^-14 exactly, subnormals included; two nibbles 8 bits apart share
+their shifts, see FP4_TO_F16_PTX).  Scales are converted with cvt.f16x2.e4m3x2 and multiplied by
+2^7, so every fp16 operand is value * 2^-7 (exact; 6 * 448 does not overflow) and the epilogue
+multiplies the fp32 accumulator by 2^14.  The pre-pass writes the tokens in the same permuted
+order.  The k-loop is sensitive to its instruction count: 11 instead of 15 integer instructions
+per word, with the per-thread shared-memory addresses pinned out of the loop (pin), made
+benchmarks 3 and 4 5-6% and benchmarks 1 and 2 1-2% faster (H200).
 
 Epilogue.  Accumulators are scaled, rounded to fp16 and paired across neighbouring lanes with one
 shuffle so each lane stores 4 bytes (two adjacent n) of a token row; rows m >= M are not written.
+The tensor cores idle during it, so it is kept short: one pointer step and one predicate per
+8 token rows, shared by the lane's two stores.
 
-Shared memory: 12 x 4.5 KB weight stages + 5 x 32 KB token stages = 215 KB of the 227 KB.
+Shared memory: 7 x 4.5 KB weight stages + 6 x 32 KB token stages = 225 KB of the 227 KB.
 K-tile 64 = one 128-byte swizzle row of fp16 tokens and 4 wgmma k16 blocks.
 """
 
@@ -87,8 +92,10 @@ TILE_K = 64  # k per pipeline stage: 32 B of FP4 weights per row, one 128B-swizz
 MAX_TOKENS = 256  # tokens per CTA tile (largest wgmma N)
 TOKEN_STEP = 16  # granularity of the compiled wgmma N variants
 VARIANTS = tuple(range(TOKEN_STEP, MAX_TOKENS + 1, TOKEN_STEP))
-W_STAGES = 12  # weights + scales: 4.5 KB per stage, streamed from DRAM, so a deep pipeline
-T_STAGES = 5  # fp16 tokens: up to 32 KB per stage, L2-resident
+# Stage counts: 7 weight + 6 token stages measured 0.5-2% faster than 12 + 5 on all four
+# benchmarks (H200); 7 k-tiles of weights in flight still cover the DRAM latency.
+W_STAGES = 7  # weights + scales: 4.5 KB per stage, streamed from DRAM
+T_STAGES = 6  # fp16 tokens: up to 32 KB per stage, L2-resident
 # Scheduler cost model, in wgmma N columns per k-tile: N + TILE_COST_K (weight dequantization and
 # other per-step work not hidden behind the tensor cores; the tensor pipe is ~70% busy at N ~ 136).
 TILE_COST_K = 64
@@ -134,6 +141,12 @@ def _unpack(struct_val, n):
 
 
 @dsl_user_op
+def pin(value, *, loc=None, ip=None):
+    """`value`, computed here once: a side-effecting move the compiler cannot sink into loops."""
+    return cutlass.Int32(_asm(T.i32(), [_i32(value, loc, ip)], "mov.b32 $0, $1;", "=r,r", True))
+
+
+@dsl_user_op
 def lds_u8(addr, *, loc=None, ip=None):
     return cutlass.Int32(
         _asm(T.i32(), [_i32(addr, loc, ip)], "ld.shared.u8 $0, [$1];", "=r,r", True)
@@ -176,12 +189,17 @@ def sts_v4(addr, v0, v1, v2, v3, *, loc=None, ip=None):
 
 
 @dsl_user_op
-def stg_b32_if(addr, value, pred, *, loc=None, ip=None):
+def stg_pair_if(addr, lo, hi, rows_left, row: int, *, loc=None, ip=None):
+    """Store `lo` at addr and `hi` at addr + 16 if rows_left > row (one predicate for both)."""
     _asm(
         None,
-        [cutlass.Int64(addr).ir_value(loc=loc, ip=ip), _i32(value, loc, ip), _i32(pred, loc, ip)],
-        "{\n .reg .pred p;\n setp.ne.b32 p, $2, 0;\n @p st.global.b32 [$0], $1;\n}",
-        "l,r,r",
+        [cutlass.Int64(addr).ir_value(loc=loc, ip=ip), _i32(lo, loc, ip), _i32(hi, loc, ip),
+         _i32(rows_left, loc, ip)],
+        "{\n .reg .pred p;\n"
+        f" setp.gt.s32 p, $3, {row};\n"
+        " @p st.global.b32 [$0], $1;\n"
+        " @p st.global.b32 [$0+16], $2;\n}",
+        "l,r,r,r",
         True,
     )
 
@@ -249,39 +267,50 @@ def scale_pair(word, byte_index: int, *, loc=None, ip=None):
     )
 
 
-def _fp4_output_ptx(dst, src, o):
-    """PTX turning nibbles of word `src` into f16x2 `dst` (value * 2^-14).
-
-    Output o takes the nibble at bits 12-4o..15-4o of each 16-bit half: o=0 high nibbles of bytes
-    1 and 3, o=1 low nibbles of bytes 1 and 3, o=2 high nibbles of bytes 0 and 2, o=3 low nibbles
-    of bytes 0 and 2; the nibble of the low half is the lower k of the pair.
-    """
-    if o == 0:
-        sign = f" and.b32 s, {src}, 0x80008000;\n"
-        mag = f" shr.b32 m, {src}, 3;\n"
-    else:
-        sign = f" shl.b32 s, {src}, {4 * o};\n and.b32 s, s, 0x80008000;\n"
-        mag = f" shl.b32 m, {src}, {4 * o - 3};\n"
-    return sign + mag + f" and.b32 m, m, 0x0E000E00;\n or.b32 {dst}, s, m;\n"
+F16_NIBBLE_MASK = 0x8E008E00  # f16 bits 15 (sign) and 11, 10, 9 (exponent 1..0, mantissa msb)
+BITSELECT = 0xE4  # lop3 truth table of (a & c) | (b & ~c)
+# PTX of dequant_fp4 up to the scale multiply: word $4 -> f16x2 outputs $0..$3 (value * 2^-14).
+# Two nibbles of a half 8 bits apart share their shifts: a bit-select builds a word in which both
+# have their sign 6 bits above their 3 magnitude bits (odd nibbles: magnitudes moved down 3; even
+# nibbles: signs moved up 3), then each output is one shift and one mask (which clears whatever
+# the bit-select left in the other bits): 11 integer instructions per word instead of 15 with a
+# separate sign shift and magnitude shift per output.  tests/test_sm90.py interprets this text.
+FP4_TO_F16_PTX = (
+    " shr.b32 t, $4, 3;\n"
+    f" lop3.b32 odd, $4, t, 0x80808080, {BITSELECT:#x};\n"  # signs 7+8i, magnitudes 1+8i..3+8i
+    f" and.b32 $0, odd, {F16_NIBBLE_MASK:#x};\n"
+    " shl.b32 t, odd, 8;\n"
+    f" and.b32 $2, t, {F16_NIBBLE_MASK:#x};\n"
+    " shl.b32 t, $4, 3;\n"
+    f" lop3.b32 even, t, $4, 0x40404040, {BITSELECT:#x};\n"  # signs 6+8i, magnitudes 8i..2+8i
+    " shl.b32 t, even, 1;\n"
+    f" and.b32 $1, t, {F16_NIBBLE_MASK:#x};\n"
+    " shl.b32 t, even, 9;\n"
+    f" and.b32 $3, t, {F16_NIBBLE_MASK:#x};\n"
+)
 
 
 @dsl_user_op
-def dequant_fp4(word, scale2, outputs: tuple, *, loc=None, ip=None):
-    """f16x2 values (fp4 * scale * 2^-7) of `word` for the given output indices."""
-    n = len(outputs)
-    text = "{\n .reg .b32 s, m;\n"
-    for i, o in enumerate(outputs):
-        text += _fp4_output_ptx(f"${i}", f"${n}", o)
-        text += f" mul.rn.f16x2 ${i}, ${i}, ${n + 1};\n"
+def dequant_fp4(word, scale2, *, loc=None, ip=None):
+    """Four f16x2 values (fp4 * scale * 2^-7) of the eight nibbles of `word`; scale2 is f16x2.
+
+    Output o takes the nibble at bits 12-4o..15-4o of each 16-bit half: o=0 high nibbles of bytes
+    1 and 3, o=1 low nibbles of bytes 1 and 3, o=2 high nibbles of bytes 0 and 2, o=3 low nibbles
+    of bytes 0 and 2; the nibble of the low half is the lower k of the pair.  Nibble s,e1,e0,m
+    goes to f16 bits 15,11,10,9 (value * 2^-14 exactly, subnormals included), see FP4_TO_F16_PTX.
+    """
+    text = "{\n .reg .b32 t, odd, even;\n" + FP4_TO_F16_PTX
+    for o in range(4):
+        text += f" mul.rn.f16x2 ${o}, ${o}, $5;\n"
     text += "}"
     res = _asm(
-        llvm.StructType.get_literal([T.i32()] * n),
+        llvm.StructType.get_literal([T.i32()] * 4),
         [_i32(word, loc, ip), _i32(scale2, loc, ip)],
         text,
-        ",".join(["=r"] * n + ["r", "r"]),
+        "=r,=r,=r,=r,r,r",
         False,
     )
-    return _unpack(res, n)
+    return _unpack(res, 4)
 
 
 @dsl_user_op
@@ -461,7 +490,7 @@ def _token_kernel(ptrs: cute.Tensor, sizes: cute.Tensor, tok_ptrs: cute.Tensor):
         src = ptrs[g, 0] + cutlass.Int64(unit) * (TILE_K // 2)
         words = ldg_v4(src) + ldg_v4(src + 16)
         sf_word = ldg_b32(ptrs[g, 3] + _sf_offset(row, kt, k_tiles))
-        outs = [dequant_fp4(words[i], scale_pair(sf_word, i // 2), (0, 1, 2, 3)) for i in range(8)]
+        outs = [dequant_fp4(words[i], scale_pair(sf_word, i // 2)) for i in range(8)]
         for c in cutlass.range_constexpr(8):
             j, s = c // 2, c % 2
             o, w = 2 * (j % 2) + s, j // 2
@@ -528,16 +557,13 @@ def _consume_tile(n_tok, c, tile, pw, pt, st):
             # bytes 8q..8q+7 of the row (two words; word w, output o -> k16 block 2w + o // 2,
             # pair o % 2), whose scale is column q of the k-tile's four.
             pw.consumer_wait(w_read)
-            w_base = c.w_addr + w_read.index * W_STAGE_BYTES
-            sfw_base = c.sfw_addr + w_read.index * SF_BLOCK_BYTES
-            r_words = [lds_v2(w_base + r * (TILE_K // 2) + 8 * c.q) for r in c.rows]
-            r_scales = [
-                scale_pair(lds_u8(sfw_base + (r & 31) * 16 + (r >> 5) * 4 + c.q), 0)
-                for r in c.rows
-            ]
+            w_base = c.w_thread + w_read.index * W_STAGE_BYTES
+            sf_base = c.sf_thread + w_read.index * SF_BLOCK_BYTES
+            r_words = [lds_v2(w_base + rs * 8 * (TILE_K // 2)) for rs in range(2)]
+            r_scales = [scale_pair(lds_u8(sf_base + 128 * rs), 0) for rs in range(2)]
             for rs in cutlass.range_constexpr(2):
                 for w in cutlass.range_constexpr(2):
-                    vals = dequant_fp4(r_words[rs][w], r_scales[rs], (0, 1, 2, 3))
+                    vals = dequant_fp4(r_words[rs][w], r_scales[rs])
                     for o in cutlass.range_constexpr(4):
                         frags32[par][rs + 2 * (o % 2) + 4 * (2 * w + o // 2)] = vals[o]
             pw.consumer_release(w_read)  # the stage's bytes are in registers now
@@ -564,16 +590,19 @@ def _consume_tile(n_tok, c, tile, pw, pt, st):
     # Lanes g and g^1 swap halves so each stores two adjacent n of one token row (4 bytes).
     odd_g = c.g & 1
     selector = odd_g * (0x3276 - 0x5410) + 0x5410
-    m_limit = tile.m_end - tile.t0
+    m_first = 2 * c.q + odd_g  # this lane's token row for v2 = 0; v2 adds 8 rows
+    rows_left = tile.m_end - tile.t0 - m_first
     n_col = tile.n0 + c.wg * 64 + c.warp * 16 + c.g - odd_g
+    addr = tile.c_ptr + (cutlass.Int64(tile.t0 + m_first) * tile.n + n_col) * 2
+    step = cutlass.Int64(tile.n) * 16  # 8 token rows of fp16
     for v2 in cutlass.range_constexpr(n_tok // 8):
-        m_local = 2 * c.q + 8 * v2 + odd_g
+        words = []
         for v1 in cutlass.range_constexpr(2):
             e = 2 * v1 + 4 * v2
             mine = pack_f16x2(acc[e] * EPILOGUE_SCALE, acc[e + 1] * EPILOGUE_SCALE)
-            word = prmt(mine, shfl_xor4(mine), selector)
-            offset = (cutlass.Int64(tile.t0 + m_local) * tile.n + n_col + 8 * v1) * 2
-            stg_b32_if(tile.c_ptr + offset, word, m_local < m_limit)
+            words.append(prmt(mine, shfl_xor4(mine), selector))
+        stg_pair_if(addr, words[0], words[1], rows_left, 8 * v2)  # v1 = 1 is 8 n (16 B) on
+        addr = addr + step
     return w_read, t_read, t_release
 
 
@@ -679,9 +708,12 @@ def _consume(ptrs, tiles, cta_tiles, bidx, pw, pt, smem, tidx, wg):
         warp=warp,
         g=g,
         q=lane % 4,
-        rows=(r0, r0 + 8),
-        w_addr=smem.w_addr,
-        sfw_addr=smem.sfw_addr,
+        # Shared-memory addresses of the thread's weight bytes (row r0, bytes 8q..8q+7; row r0 + 8
+        # is 256 bytes on) and scale (row r0, column q of the 128x4 blocked block; row r0 + 8 is
+        # 128 bytes on, as r0 % 32 <= 23) in stage 0.  Pinned: left as plain arithmetic, the
+        # compiler recomputed them from tid.x in every k-loop iteration (~9 instructions/k-tile).
+        w_thread=pin(smem.w_addr + r0 * (TILE_K // 2) + 8 * (lane % 4)),
+        sf_thread=pin(smem.sfw_addr + (r0 & 31) * 16 + (r0 >> 5) * 4 + lane % 4),
         tokens_ptr=smem.tokens_ptr,
     )
     consumer = pipeline.PipelineUserType.Consumer

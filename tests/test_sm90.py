@@ -77,6 +77,63 @@ def test_compiles_to_hgmma_on_cpu(tmp_path):
     assert "LDL" not in sass and "STL" not in sass  # no register spills
 
 
+def _run_fp4_to_f16_ptx(words):
+    """Interpret sm90_kernel.FP4_TO_F16_PTX (shr, shl, and, lop3 on .b32) on uint32 `words`."""
+    import numpy as np
+    import sm90_kernel
+
+    regs = {"$4": words.astype(np.uint64)}
+    mask = np.uint64(0xFFFFFFFF)
+
+    def value(token):
+        return regs[token] if token in regs else np.uint64(int(token, 0))
+
+    for line in sm90_kernel.FP4_TO_F16_PTX.strip().split(";"):
+        if not line.strip():
+            continue
+        op, args = line.split(None, 1)
+        dst, *src = [a.strip() for a in args.split(",")]
+        v = [value(a) for a in src]
+        if op == "shr.b32":
+            out = v[0] >> v[1]
+        elif op == "shl.b32":
+            out = (v[0] << v[1]) & mask
+        elif op == "and.b32":
+            out = v[0] & v[1]
+        elif op == "lop3.b32":  # bit i of the truth table: a, b, c bits = i >> 2, i >> 1, i & 1
+            lut = int(v[3])
+            out = np.zeros_like(words, dtype=np.uint64)
+            for i in range(8):
+                if lut >> i & 1:
+                    term = mask
+                    for operand, bit in zip(v[:3], (i & 4, i & 2, i & 1)):
+                        term = term & (operand if bit else ~operand & mask)
+                    out = out | term
+        else:
+            raise AssertionError(f"unexpected PTX op {op}")
+        regs[dst] = out
+    return [regs[f"${o}"] for o in range(4)]
+
+
+def test_fp4_to_f16_ptx_is_exact():
+    """Every nibble of every output half becomes e2m1 value * 2^-14 as an fp16 bit pattern."""
+    import numpy as np
+
+    e2m1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
+    halves = np.arange(1 << 16, dtype=np.uint64)
+    rng = np.random.default_rng(0)
+    for words in (halves | (halves << np.uint64(16)), halves | (halves[::-1] << np.uint64(16)),
+                  rng.integers(0, 1 << 32, 1 << 16, dtype=np.uint64)):
+        outs = _run_fp4_to_f16_ptx(words)
+        for o, out in enumerate(outs):
+            for half in (0, 16):
+                nibble = (words >> np.uint64(half + 12 - 4 * o)) & np.uint64(15)
+                bits = ((out >> np.uint64(half)) & np.uint64(0xFFFF)).astype(np.uint16)
+                got = bits.view(np.float16).astype(np.float64) * 2.0**14
+                want = np.array(e2m1)[nibble.astype(np.int64)]
+                assert np.array_equal(got, want) and np.array_equal(np.signbit(got), np.signbit(want))
+
+
 @pytest.mark.parametrize("case", ["bench1", "bench3", "m300", "g16", "mixed"])
 def test_schedule_covers_every_output_once(case):
     import sm90_check
