@@ -53,7 +53,6 @@ A Hopper (sm_90a) path with the same host side lives in sm90_kernel.py and is im
 from __future__ import annotations
 
 import collections
-import os
 from dataclasses import dataclass, field
 from typing import Callable
 
