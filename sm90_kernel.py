@@ -154,27 +154,17 @@ def lds_u8(addr, *, loc=None, ip=None):
 
 
 @dsl_user_op
-def lds_v2(addr, *, loc=None, ip=None):
+def lds_vec(addr, count: int, *, loc=None, ip=None):
+    """ld.shared of `count` (2 or 4) consecutive 32-bit words."""
+    outs = ", ".join(f"${i}" for i in range(count))
     res = _asm(
-        llvm.StructType.get_literal([T.i32(), T.i32()]),
+        llvm.StructType.get_literal([T.i32()] * count),
         [_i32(addr, loc, ip)],
-        "ld.shared.v2.b32 {$0, $1}, [$2];",
-        "=r,=r,r",
+        f"ld.shared.v{count}.b32 {{{outs}}}, [${count}];",
+        ",".join(["=r"] * count + ["r"]),
         True,
     )
-    return _unpack(res, 2)
-
-
-@dsl_user_op
-def lds_v4(addr, *, loc=None, ip=None):
-    res = _asm(
-        llvm.StructType.get_literal([T.i32()] * 4),
-        [_i32(addr, loc, ip)],
-        "ld.shared.v4.b32 {$0, $1, $2, $3}, [$4];",
-        "=r,=r,=r,=r,r",
-        True,
-    )
-    return _unpack(res, 4)
+    return _unpack(res, count)
 
 
 @dsl_user_op
@@ -500,7 +490,7 @@ def _token_kernel(ptrs: cute.Tensor, sizes: cute.Tensor, tok_ptrs: cute.Tensor):
     for i in cutlass.range_constexpr(8):
         src_unit = 4 * i + (lane >> 3)
         if warp_base + src_unit < num_units:
-            vals = lds_v4(warp_smem + src_unit * 128 + (((lane & 7) ^ (src_unit & 7)) << 4))
+            vals = lds_vec(warp_smem + src_unit * 128 + (((lane & 7) ^ (src_unit & 7)) << 4), 4)
             stg_v4(dst + i * 512 + lane * 16, *vals)
 
 
@@ -559,7 +549,7 @@ def _consume_tile(n_tok, c, tile, pw, pt, st):
             pw.consumer_wait(w_read)
             w_base = c.w_thread + w_read.index * W_STAGE_BYTES
             sf_base = c.sf_thread + w_read.index * SF_BLOCK_BYTES
-            r_words = [lds_v2(w_base + rs * 8 * (TILE_K // 2)) for rs in range(2)]
+            r_words = [lds_vec(w_base + rs * 8 * (TILE_K // 2), 2) for rs in range(2)]
             r_scales = [scale_pair(lds_u8(sf_base + 128 * rs), 0) for rs in range(2)]
             for rs in cutlass.range_constexpr(2):
                 for w in cutlass.range_constexpr(2):
