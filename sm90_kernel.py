@@ -556,7 +556,11 @@ def _consume_tile(n_tok, c, tile, pw, pt, st):
                     vals = dequant_fp4(r_words[rs][w], r_scales[rs])
                     for o in cutlass.range_constexpr(4):
                         frags32[par][rs + 2 * (o % 2) + 4 * (2 * w + o // 2)] = vals[o]
-            pw.consumer_release(w_read)  # the stage's bytes are in registers now
+            # The stage's bytes are in registers now.  Every consumer thread arrives (count 256)
+            # rather than lane 0 after a warp sync: compute-sanitizer's racecheck orders only a
+            # thread's own loads before its arrive, and flagged the TMA refill against lanes
+            # 1-31's loads when one lane per warp arrived (with or without __syncwarp).
+            pw.sync_object_empty.arrive(w_read.index, pw.consumer_mask)
             w_read.advance()
 
             pt.consumer_wait(t_read)
@@ -741,12 +745,11 @@ def _gemm_kernel(
     warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
 
     storage = utils.SmemAllocator().allocate(_Storage)
-    consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, 8)  # lane 0 of 8 warps
     pw = pipeline.PipelineTmaAsync.create(
         barrier_storage=storage.w_barriers.data_ptr(),
         num_stages=W_STAGES,
         producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
-        consumer_group=consumers,
+        consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 256),  # see _consume_tile
         tx_count=W_TX_BYTES,
         defer_sync=True,
     )
@@ -754,7 +757,9 @@ def _gemm_kernel(
         barrier_storage=storage.t_barriers.data_ptr(),
         num_stages=T_STAGES,
         producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
-        consumer_group=consumers,
+        # Released by lane 0 of each of the 8 consumer warps once wgmma.wait_group has retired the
+        # reads: the tensor core read the stage, not the threads' own loads.
+        consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 8),
         tx_count=TOKEN_BOX_BYTES,  # unused: _produce_tokens sets the size per stage
     )
     box_layout = cute.tile_to_shape(
