@@ -90,7 +90,6 @@ from cutlass.cutlass_dsl import T, dsl_user_op
 TILE_W = 128  # weight rows per CTA tile (2 consumer warpgroups x wgmma M=64)
 TILE_K = 64  # k per pipeline stage: 32 B of FP4 weights per row, one 128B-swizzle row of fp16
 MAX_TOKENS = 256  # tokens per CTA tile (largest wgmma N)
-FRAGS = 3  # A fragments in rotation: wgmma groups in flight per warpgroup + 1
 TOKEN_STEP = 16  # granularity of the compiled wgmma N variants
 VARIANTS = tuple(range(TOKEN_STEP, MAX_TOKENS + 1, TOKEN_STEP))
 # Stage counts: 7 weight + 6 token stages measured 0.5-2% faster than 12 + 5 on all four
@@ -523,45 +522,6 @@ class _Storage:
 
 
 @cute.jit
-def _k_step(c, mma, w_read, t_read, pw, pt, f: cutlass.Constexpr):
-    """One k-tile of one warpgroup: dequantize its 64 weight rows into A fragment f, release the
-    weight stage, issue the 4 wgmma k16 blocks on the token stage, keep FRAGS - 1 groups in flight.
-
-    Weights -> wgmma A fragments.  Thread (g, q) of warp w holds rows r = 16w + g and r + 8, k
-    pairs 2q, 2q+1 and 2q+8, 2q+9 of each k16 block: those are fed from bytes 8q..8q+7 of the
-    row (two words; word w, output o -> k16 block 2w + o // 2, pair o % 2), whose scale is
-    column q of the k-tile's four."""
-    pw.consumer_wait(w_read)
-    w_base = c.w_thread + w_read.index * W_STAGE_BYTES
-    sf_base = c.sf_thread + w_read.index * SF_BLOCK_BYTES
-    r_words = [lds_vec(w_base + rs * 8 * (TILE_K // 2), 2) for rs in range(2)]
-    r_scales = [scale_pair(lds_u8(sf_base + 128 * rs), 0) for rs in range(2)]
-    for rs in cutlass.range_constexpr(2):
-        for w in cutlass.range_constexpr(2):
-            vals = dequant_fp4(r_words[rs][w], r_scales[rs])
-            for o in cutlass.range_constexpr(4):
-                mma.frags32[f][rs + 2 * (o % 2) + 4 * (2 * w + o // 2)] = vals[o]
-    # The stage's bytes are in registers now.  Every consumer thread arrives (count 256) rather
-    # than lane 0 after a warp sync: compute-sanitizer's racecheck orders only a thread's own
-    # loads before its arrive, and flagged the TMA refill against lanes 1-31's loads when one
-    # lane per warp arrived (with or without __syncwarp).
-    pw.sync_object_empty.arrive(w_read.index, pw.consumer_mask)
-    w_read.advance()
-
-    pt.consumer_wait(t_read)
-    warpgroup.fence()
-    for kb in cutlass.range_constexpr(TILE_K // 16):
-        cute.gemm(
-            mma.tiled, mma.acc, mma.frags[f][None, None, kb], mma.tCrB[None, None, kb, t_read.index],
-            mma.acc,
-        )
-    warpgroup.commit_group()
-    t_read.advance()
-    warpgroup.wait_group(FRAGS - 1)  # wgmma i - 2 retired: fragment f + 1 (mod 3) is free
-    return w_read, t_read
-
-
-@cute.jit
 def _consume_tile(n_tok, c, tile, pw, pt, st):
     """Mainloop + epilogue of one tile with wgmma N = n_tok; st carries the pipeline states."""
     tiled_mma = _tiled_mma(n_tok)
@@ -570,42 +530,55 @@ def _consume_tile(n_tok, c, tile, pw, pt, st):
         thr_mma.partition_C(cute.make_identity_tensor((64, n_tok))).shape, cutlass.Float32
     )
     frag_shape = thr_mma.partition_A(cute.make_identity_tensor((64, TILE_K))).shape
-    frags = [tiled_mma.make_fragment_A(frag_shape) for _ in range(FRAGS)]
+    frags = [tiled_mma.make_fragment_A(frag_shape) for _ in range(2)]
+    frags32 = [cute.recast_tensor(f, cutlass.Int32) for f in frags]
     one, staged = _token_smem_layout(n_tok, T_STAGES)
     s_tok = cute.make_tensor(cute.recast_ptr(c.tokens_ptr, one.inner, dtype=cutlass.Float16), staged)
-    mma = SimpleNamespace(
-        tiled=tiled_mma,
-        acc=acc,
-        frags=frags,
-        frags32=[cute.recast_tensor(f, cutlass.Int32) for f in frags],
-        tCrB=tiled_mma.make_fragment_B(thr_mma.partition_B(s_tok)),
-    )
+    tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(s_tok))
     tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
     acc.fill(0.0)
     w_read, t_read, t_release = st
 
-    # Three A fragments rotate, so k-tile i is dequantized while wgmma i-1 and i-2 (and the other
-    # warpgroup's) run.  With two, the chain "wgmma i-1 retired -> dequantize i+1 -> issue" left
-    # the tensor pipe idle at small N (H200, clock-stamped tiles: 560 cycles per k-tile at N=64
-    # against 256 of tensor work).  A token stage is released once the wgmma that read it retired.
-    # k_tiles is even but not a multiple of 3: the last one or two k-tiles follow the loop.
-    k_tiles = tile.k // TILE_K
-    for kt3 in range(k_tiles // FRAGS):
-        for f in cutlass.range_constexpr(FRAGS):
-            w_read, t_read = _k_step(c, mma, w_read, t_read, pw, pt, f)
-            if cutlass.const_expr(f == FRAGS - 1) or kt3 > 0:
-                pt.consumer_release(t_release)
-                t_release.advance()
-    for f in cutlass.range_constexpr(FRAGS - 1):
-        if k_tiles % FRAGS > f:
-            w_read, t_read = _k_step(c, mma, w_read, t_read, pw, pt, f)
-            if k_tiles > FRAGS - 1:
+    # Two A fragments alternate so the dequantization of k-tile i+1 overlaps wgmma i.
+    for kt2 in range(tile.k // (2 * TILE_K)):
+        for par in cutlass.range_constexpr(2):
+            # Weights -> wgmma A fragments.  Thread (g, q) of warp w holds rows r = 16w + g and
+            # r + 8, k pairs 2q, 2q+1 and 2q+8, 2q+9 of each k16 block: those are fed from
+            # bytes 8q..8q+7 of the row (two words; word w, output o -> k16 block 2w + o // 2,
+            # pair o % 2), whose scale is column q of the k-tile's four.
+            pw.consumer_wait(w_read)
+            w_base = c.w_thread + w_read.index * W_STAGE_BYTES
+            sf_base = c.sf_thread + w_read.index * SF_BLOCK_BYTES
+            r_words = [lds_vec(w_base + rs * 8 * (TILE_K // 2), 2) for rs in range(2)]
+            r_scales = [scale_pair(lds_u8(sf_base + 128 * rs), 0) for rs in range(2)]
+            for rs in cutlass.range_constexpr(2):
+                for w in cutlass.range_constexpr(2):
+                    vals = dequant_fp4(r_words[rs][w], r_scales[rs])
+                    for o in cutlass.range_constexpr(4):
+                        frags32[par][rs + 2 * (o % 2) + 4 * (2 * w + o // 2)] = vals[o]
+            # The stage's bytes are in registers now.  Every consumer thread arrives (count 256)
+            # rather than lane 0 after a warp sync: compute-sanitizer's racecheck orders only a
+            # thread's own loads before its arrive, and flagged the TMA refill against lanes
+            # 1-31's loads when one lane per warp arrived (with or without __syncwarp).
+            pw.sync_object_empty.arrive(w_read.index, pw.consumer_mask)
+            w_read.advance()
+
+            pt.consumer_wait(t_read)
+            warpgroup.fence()
+            for kb in cutlass.range_constexpr(TILE_K // 16):
+                cute.gemm(
+                    tiled_mma, acc, frags[par][None, None, kb], tCrB[None, None, kb, t_read.index], acc
+                )
+            warpgroup.commit_group()
+            t_read.advance()
+            warpgroup.wait_group(1)
+            # wgmma of the previous k-tile has retired: its token stage may be refilled.
+            if cutlass.const_expr(par == 1) or kt2 > 0:
                 pt.consumer_release(t_release)
                 t_release.advance()
     warpgroup.wait_group(0)
-    for _ in cutlass.range_constexpr(FRAGS - 1):
-        pt.consumer_release(t_release)
-        t_release.advance()
+    pt.consumer_release(t_release)
+    t_release.advance()
 
     # Epilogue: acc element (v0, v1, v2) is weight row 16*warp + g + 8*v1, token 2q + v0 + 8*v2.
     # Lanes g and g^1 swap halves so each stores two adjacent n of one token row (4 bytes).
