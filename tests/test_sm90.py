@@ -195,3 +195,16 @@ def test_hot_path_does_not_block():
         torch.cuda.set_sync_debug_mode("default")
     torch.cuda.synchronize()
     assert max(sm90_check.max_violation(c[:, :, 0], r) for (_, _, c), r in zip(data[0], refs)) <= 1.0
+
+
+def test_profile_tool_instruments_the_current_kernel():
+    """tools/sm90_profile.py patches sm90_kernel.py's text at two anchors; both must still exist
+    exactly once, and the stamps land around the tile call."""
+    import sm90_profile
+
+    source = (ROOT / "sm90_kernel.py").read_text()
+    patched = sm90_profile.instrumented_source(source)
+    assert patched.count("tiles[t, 3] = clock32()") == 1 and patched.count("tiles[t, 7] = clock32()") == 1
+    assert patched.index("tiles[t, 3]") < patched.index(sm90_profile.TILE_CALL) < patched.index("tiles[t, 7]")
+    with pytest.raises(ValueError, match="anchors"):
+        sm90_profile.instrumented_source(source.replace(sm90_profile.TILE_CALL, ""))
