@@ -34,7 +34,7 @@ Nothing in the compiled code depends on shapes or group count.
 Warp roles (384 threads, setmaxnreg 40 / 232) and barriers.  Warp 0 streams weights: per k-tile
 (64 k) one TMA of the 128-row FP4 tile (32 B per row, no swizzle) and a 1-D bulk copy of its
 scales (in the 128x4 blocked layout 128 rows x one k-tile is one 512-byte run), on a 7-deep
-PipelineTmaAsync (4.5 KB stages from DRAM).  Warp 1 streams tokens: per k-tile the 64-row boxes of
+PipelineTmaAsync (4.5 KB stages from DRAM).  Warp 1 streams tokens: per k-tile the 16-row boxes of
 fp16 tokens the tile needs (TMA with 128B swizzle = wgmma's K-major layout; rows past M
 zero-filled) on a 6-deep pipeline of 32 KB stages (L2-resident data), arriving
 with the per-tile transaction size itself.  Warpgroups 1 and 2 consume independently: dequantize
@@ -102,12 +102,16 @@ T_STAGES = 6  # fp16 tokens: up to 32 KB per stage, L2-resident
 # made bench 2 5% faster (65.2 -> 61.8 us) and left benchmarks 1, 3, 4 unchanged.
 TILE_COST_K = 128
 BALANCE_FLOOR = 1.15
-TOKEN_CHUNKS = (256, 192, 128, 64)  # candidate token-tile heights (multiples of the 64-row box)
+TOKEN_CHUNKS = (256, 192, 128, 64)  # candidate token-tile heights (multiples of 16)
 
 W_STAGE_BYTES = TILE_W * TILE_K // 2
 SF_BLOCK_BYTES = 512  # one 128-row x 4-column block of the blocked scale layout = one k-tile
 W_TX_BYTES = W_STAGE_BYTES + SF_BLOCK_BYTES
-TOKEN_BOX_ROWS = 64  # token TMA box: 64 rows x 64 fp16 (8 KB); a tile loads only the boxes it needs
+# Token TMA box: 16 rows x 64 fp16 (2 KB), so a tile loads exactly its wgmma N rows.  The k-tile's
+# cost tracks the token bytes it pulls from L2 (H200, clock-stamped tiles: ~570 / 700 / 860 / 1070
+# cycles for 1 / 2 / 3 / 4 boxes of 64 rows, whatever N inside), and 64-row boxes loaded 12-24% more
+# rows than N on benchmarks 1 and 2.
+TOKEN_BOX_ROWS = 16
 TOKEN_BOX_BYTES = TOKEN_BOX_ROWS * TILE_K * 2
 TOKEN_STAGE_ELEMS = MAX_TOKENS * TILE_K
 DESC_BYTES = 128
@@ -386,7 +390,7 @@ def _token_smem_layout(rows, stages):
 
 
 def _tma_atoms(w_template, tok_template):
-    """TMA atoms: weights (128 rows x 32 B, no swizzle), tokens (64 rows x 64 fp16, SW128)."""
+    """TMA atoms: weights (128 rows x 32 B, no swizzle), tokens (16 rows x 64 fp16, SW128)."""
     w_smem = cute.make_layout((TILE_W, TILE_K // 2), stride=(TILE_K // 2, 1))
     atom_w, tma_w = cpasync.make_tiled_tma_atom(
         cpasync.CopyBulkTensorTileG2SOp(), w_template, w_smem, (TILE_W, TILE_K // 2)
@@ -644,7 +648,7 @@ def _produce_weights(atom_w, tma_w, ptrs, descs_addr, tiles, tile_begin, tile_en
 
 @cute.jit
 def _produce_tokens(atom_t, tma_t, descs_addr, tiles, tile_begin, tile_end, pt, smem):
-    """Warp 1: per k-tile, TMA the tile's fp16 tokens, only the 64-row boxes it uses (rows past
+    """Warp 1: per k-tile, TMA the tile's fp16 tokens, only the 16-row boxes it uses (rows past
     M are zero-filled).  The transaction size depends on the box count, so this arrives on the
     full barrier itself instead of through PipelineTmaAsync's fixed-size producer_acquire."""
     g_t = cute.local_tile(tma_t, (TOKEN_BOX_ROWS, TILE_K), (None, None))
