@@ -34,7 +34,7 @@ Nothing in the compiled code depends on shapes or group count.
 Warp roles (384 threads, setmaxnreg 40 / 232) and barriers.  Warp 0 streams weights: per k-tile
 (64 k) one TMA of the 128-row FP4 tile (32 B per row, no swizzle) and a 1-D bulk copy of its
 scales (in the 128x4 blocked layout 128 rows x one k-tile is one 512-byte run), on a 7-deep
-PipelineTmaAsync (4.5 KB stages from DRAM).  Warp 1 streams tokens: per k-tile the 16-row boxes of
+PipelineTmaAsync (4.5 KB stages from DRAM).  Warp 1 streams tokens: per k-tile 64-row boxes, then 16-row boxes for the rest, of
 fp16 tokens the tile needs (TMA with 128B swizzle = wgmma's K-major layout; rows past M
 zero-filled) on a 6-deep pipeline of 32 KB stages (L2-resident data), arriving
 with the per-tile transaction size itself.  Warpgroups 1 and 2 consume independently: dequantize
@@ -102,17 +102,20 @@ T_STAGES = 6  # fp16 tokens: up to 32 KB per stage, L2-resident
 # made bench 2 5% faster (65.2 -> 61.8 us) and left benchmarks 1, 3, 4 unchanged.
 TILE_COST_K = 128
 BALANCE_FLOOR = 1.15
-TOKEN_CHUNKS = (256, 192, 128, 64)  # candidate token-tile heights (multiples of 16)
+TOKEN_CHUNKS = (256, 192, 128, 64)  # candidate token-tile heights (multiples of the 64-row box)
 
 W_STAGE_BYTES = TILE_W * TILE_K // 2
 SF_BLOCK_BYTES = 512  # one 128-row x 4-column block of the blocked scale layout = one k-tile
 W_TX_BYTES = W_STAGE_BYTES + SF_BLOCK_BYTES
-# Token TMA box: 16 rows x 64 fp16 (2 KB), so a tile loads exactly its wgmma N rows.  The k-tile's
-# cost tracks the token bytes it pulls from L2 (H200, clock-stamped tiles: ~570 / 700 / 860 / 1070
-# cycles for 1 / 2 / 3 / 4 boxes of 64 rows, whatever N inside), and 64-row boxes loaded 12-24% more
-# rows than N on benchmarks 1 and 2.
-TOKEN_BOX_ROWS = 16
-TOKEN_BOX_BYTES = TOKEN_BOX_ROWS * TILE_K * 2
+# Token TMA boxes: a tile loads exactly its wgmma N rows, as 64-row boxes (64 x 64 fp16, 8 KB) and
+# 16-row boxes (2 KB) for the rest.  The k-tile's cost tracks the token bytes it pulls from L2 (H200,
+# clock-stamped tiles: ~570 / 700 / 860 / 1070 cycles for 1 / 2 / 3 / 4 boxes of 64 rows, whatever N
+# inside); 64-row boxes alone loaded 12-24% more rows than N on benchmarks 1 and 2, and 16-row boxes
+# alone (4x the TMA requests) made benchmarks 3 and 4 2-4% slower.
+TOKEN_BOX_ROWS = 64
+TOKEN_SUBBOX_ROWS = 16
+TOKEN_ROW_BYTES = TILE_K * 2
+DESCS_PER_GROUP = 3  # TMA descriptors per group: tokens (64-row box), weights, tokens (16-row box)
 TOKEN_STAGE_ELEMS = MAX_TOKENS * TILE_K
 DESC_BYTES = 128
 NUM_THREADS = 384
@@ -368,7 +371,7 @@ def _sf_offset(row, k_tile, k_tiles):
 
 
 def _desc_ptr(descs_addr, group, which):
-    addr = descs_addr + cutlass.Int64(group * 2 + which) * DESC_BYTES
+    addr = descs_addr + cutlass.Int64(group * DESCS_PER_GROUP + which) * DESC_BYTES
     return cute.make_ptr(cutlass.Int64, addr, cute.AddressSpace.gmem, assumed_align=DESC_BYTES)
 
 
@@ -390,16 +393,18 @@ def _token_smem_layout(rows, stages):
 
 
 def _tma_atoms(w_template, tok_template):
-    """TMA atoms: weights (128 rows x 32 B, no swizzle), tokens (16 rows x 64 fp16, SW128)."""
+    """TMA atoms: weights (128 rows x 32 B, no swizzle), tokens (64 and 16 rows x 64 fp16, SW128)."""
     w_smem = cute.make_layout((TILE_W, TILE_K // 2), stride=(TILE_K // 2, 1))
     atom_w, tma_w = cpasync.make_tiled_tma_atom(
         cpasync.CopyBulkTensorTileG2SOp(), w_template, w_smem, (TILE_W, TILE_K // 2)
     )
-    tok_smem, _ = _token_smem_layout(TOKEN_BOX_ROWS, 1)
-    atom_t, tma_t = cpasync.make_tiled_tma_atom(
-        cpasync.CopyBulkTensorTileG2SOp(), tok_template, tok_smem, (TOKEN_BOX_ROWS, TILE_K)
-    )
-    return atom_w, tma_w, atom_t, tma_t
+    tok = []
+    for rows in (TOKEN_BOX_ROWS, TOKEN_SUBBOX_ROWS):
+        tok_smem, _ = _token_smem_layout(rows, 1)
+        tok.extend(cpasync.make_tiled_tma_atom(
+            cpasync.CopyBulkTensorTileG2SOp(), tok_template, tok_smem, (rows, TILE_K)
+        ))
+    return (atom_w, tma_w, *tok)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -409,6 +414,7 @@ def _tma_atoms(w_template, tok_template):
 def _init_desc_kernel(
     atom_w: cute.CopyAtom,
     atom_t: cute.CopyAtom,
+    atom_s: cute.CopyAtom,
     ptrs: cute.Tensor,
     sizes: cute.Tensor,
     tok_ptrs: cute.Tensor,
@@ -419,18 +425,14 @@ def _init_desc_kernel(
     n = sizes[g, 1]
     k = sizes[g, 2]
     manager = utils.TensorMapManager(utils.TensorMapUpdateMode.GMEM, DESC_BYTES)
-    tensors = (
-        _matrix(cutlass.Float16, tok_ptrs[g], m, k),
-        _matrix(cutlass.Uint8, ptrs[g, 1], n, k // 2),
-    )
-    dst = (
-        manager.get_tensormap_ptr(_desc_ptr(descs_addr, g, 0)),
-        manager.get_tensormap_ptr(_desc_ptr(descs_addr, g, 1)),
-    )
-    manager.init_tensormap_from_atom(atom_t, dst[0], 0)
-    manager.init_tensormap_from_atom(atom_w, dst[1], 0)
+    tokens = _matrix(cutlass.Float16, tok_ptrs[g], m, k)
+    tensors = (tokens, _matrix(cutlass.Uint8, ptrs[g, 1], n, k // 2), tokens)
+    atoms = (atom_t, atom_w, atom_s)
+    dst = tuple(manager.get_tensormap_ptr(_desc_ptr(descs_addr, g, i)) for i in range(DESCS_PER_GROUP))
+    for atom, ptr in zip(atoms, dst):
+        manager.init_tensormap_from_atom(atom, ptr, 0)
     manager.fence_tensormap_initialization()
-    manager.update_tensormap(tensors, (atom_t, atom_w), dst, 0, (None, None))
+    manager.update_tensormap(tensors, atoms, dst, 0, (None,) * DESCS_PER_GROUP)
 
 
 @cute.jit
@@ -444,8 +446,8 @@ def _init_descs(
     num_groups: cutlass.Int32,
     stream: cuda.CUstream,
 ):
-    atom_w, _, atom_t, _ = _tma_atoms(w_template, tok_template)
-    _init_desc_kernel(atom_w, atom_t, ptrs, sizes, tok_ptrs, descs_addr).launch(
+    atom_w, _, atom_t, _, atom_s, _ = _tma_atoms(w_template, tok_template)
+    _init_desc_kernel(atom_w, atom_t, atom_s, ptrs, sizes, tok_ptrs, descs_addr).launch(
         grid=(num_groups, 1, 1), block=(32, 1, 1), stream=stream
     )
 
@@ -647,16 +649,19 @@ def _produce_weights(atom_w, tma_w, ptrs, descs_addr, tiles, tile_begin, tile_en
 
 
 @cute.jit
-def _produce_tokens(atom_t, tma_t, descs_addr, tiles, tile_begin, tile_end, pt, smem):
-    """Warp 1: per k-tile, TMA the tile's fp16 tokens, only the 16-row boxes it uses (rows past
-    M are zero-filled).  The transaction size depends on the box count, so this arrives on the
-    full barrier itself instead of through PipelineTmaAsync's fixed-size producer_acquire."""
-    g_t = cute.local_tile(tma_t, (TOKEN_BOX_ROWS, TILE_K), (None, None))
-    tTs, tTg = cpasync.tma_partition(
-        atom_t, 0, cute.make_layout(1), cute.group_modes(smem.token_boxes, 0, 2),
-        cute.group_modes(g_t, 0, 2),
-    )
+def _produce_tokens(atoms, descs_addr, tiles, tile_begin, tile_end, pt, smem):
+    """Warp 1: per k-tile, TMA the tile's fp16 tokens: its wgmma N rows as 64-row boxes, then 16-row
+    boxes (rows past M are zero-filled).  The transaction size depends on the tile, so this
+    arrives on the full barrier itself instead of through PipelineTmaAsync's producer_acquire."""
+    parts = []
+    for (atom, tma), rows, boxes_smem in zip(atoms, (TOKEN_BOX_ROWS, TOKEN_SUBBOX_ROWS), smem.token_boxes):
+        g_t = cute.local_tile(tma, (rows, TILE_K), (None, None))
+        parts.append(cpasync.tma_partition(
+            atom, 0, cute.make_layout(1), cute.group_modes(boxes_smem, 0, 2), cute.group_modes(g_t, 0, 2)
+        ))
+    (tBs, tBg), (tSs, tSg) = parts
     boxes_per_stage = MAX_TOKENS // TOKEN_BOX_ROWS
+    subboxes_per_box = TOKEN_BOX_ROWS // TOKEN_SUBBOX_ROWS
     manager = utils.TensorMapManager(utils.TensorMapUpdateMode.GMEM, DESC_BYTES)
     state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, T_STAGES)
     # The GEMM is launched with programmatic dependent launch: everything before this point (and
@@ -667,23 +672,36 @@ def _produce_tokens(atom_t, tma_t, descs_addr, tiles, tile_begin, tile_end, pt, 
         g = tiles[t, 0]
         t0 = tiles[t, 2]
         k_tiles = tiles[t, 6] // TILE_K
-        boxes = (tiles[t, 4] - t0 + TOKEN_BOX_ROWS - 1) // TOKEN_BOX_ROWS
-        desc = _desc_ptr(descs_addr, g, 0)
+        rows = (tiles[t, 4] - t0 + TOKEN_STEP - 1) // TOKEN_STEP * TOKEN_STEP  # the wgmma N
+        boxes = rows // TOKEN_BOX_ROWS
+        subboxes = (rows - boxes * TOKEN_BOX_ROWS) // TOKEN_SUBBOX_ROWS
+        sub0 = (t0 + boxes * TOKEN_BOX_ROWS) // TOKEN_SUBBOX_ROWS  # first 16-row box in gmem
+        desc_box = _desc_ptr(descs_addr, g, 0)
+        desc_sub = _desc_ptr(descs_addr, g, 2)
         if g != last_group:
-            manager.fence_tensormap_update(manager.get_tensormap_ptr(desc))
+            manager.fence_tensormap_update(manager.get_tensormap_ptr(desc_box))
+            manager.fence_tensormap_update(manager.get_tensormap_ptr(desc_sub))
         last_group = g
         for kt in range(k_tiles):
             pt.sync_object_empty.wait(state.index, state.phase)
             bar = pt.producer_get_barrier(state)
             with cute.arch.elect_one():
-                cute.arch.mbarrier_arrive_and_expect_tx(bar, boxes * TOKEN_BOX_BYTES)
+                cute.arch.mbarrier_arrive_and_expect_tx(bar, rows * TOKEN_ROW_BYTES)
             for b in range(boxes):
                 cute.copy(
-                    atom_t,
-                    tTg[(None, t0 // TOKEN_BOX_ROWS + b, kt)],
-                    tTs[(None, state.index * boxes_per_stage + b)],
+                    atoms[0][0],
+                    tBg[(None, t0 // TOKEN_BOX_ROWS + b, kt)],
+                    tBs[(None, state.index * boxes_per_stage + b)],
                     tma_bar_ptr=bar,
-                    tma_desc_ptr=manager.get_tensormap_ptr(desc, cute.AddressSpace.generic),
+                    tma_desc_ptr=manager.get_tensormap_ptr(desc_box, cute.AddressSpace.generic),
+                )
+            for b in range(subboxes):
+                cute.copy(
+                    atoms[1][0],
+                    tSg[(None, sub0 + b, kt)],
+                    tSs[(None, (state.index * boxes_per_stage + boxes) * subboxes_per_box + b)],
+                    tma_bar_ptr=bar,
+                    tma_desc_ptr=manager.get_tensormap_ptr(desc_sub, cute.AddressSpace.generic),
                 )
             state.advance()
     pt.producer_tail(state)
@@ -741,6 +759,8 @@ def _gemm_kernel(
     tma_w: cute.Tensor,
     atom_t: cute.CopyAtom,
     tma_t: cute.Tensor,
+    atom_s: cute.CopyAtom,
+    tma_s: cute.Tensor,
     ptrs: cute.Tensor,
     descs_addr: cutlass.Int64,
     tiles: cute.Tensor,
@@ -766,18 +786,22 @@ def _gemm_kernel(
         # Released by lane 0 of each of the 8 consumer warps once wgmma.wait_group has retired the
         # reads: the tensor core read the stage, not the threads' own loads.
         consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 8),
-        tx_count=TOKEN_BOX_BYTES,  # unused: _produce_tokens sets the size per stage
+        tx_count=TOKEN_BOX_ROWS * TOKEN_ROW_BYTES,  # unused: _produce_tokens sets it per stage
     )
-    box_layout = cute.tile_to_shape(
-        warpgroup.make_smem_layout_atom(warpgroup.SmemLayoutAtomKind.K_SW128, cutlass.Float16),
-        (TOKEN_BOX_ROWS, TILE_K, T_STAGES * MAX_TOKENS // TOKEN_BOX_ROWS),
-        order=(0, 1, 2),
-    )
+    # The token stages seen as 64-row boxes and as 16-row boxes (same bytes, same swizzle).
+    box_layouts = [
+        cute.tile_to_shape(
+            warpgroup.make_smem_layout_atom(warpgroup.SmemLayoutAtomKind.K_SW128, cutlass.Float16),
+            (rows, TILE_K, T_STAGES * MAX_TOKENS // rows),
+            order=(0, 1, 2),
+        )
+        for rows in (TOKEN_BOX_ROWS, TOKEN_SUBBOX_ROWS)
+    ]
     smem = SimpleNamespace(
         w=storage.w.get_tensor(
             cute.make_layout((TILE_W, TILE_K // 2, W_STAGES), stride=(TILE_K // 2, 1, W_STAGE_BYTES))
         ),
-        token_boxes=storage.tokens.get_tensor(box_layout.outer, swizzle=box_layout.inner),
+        token_boxes=[storage.tokens.get_tensor(bl.outer, swizzle=bl.inner) for bl in box_layouts],
         w_addr=storage.w.data_ptr().toint(),
         sfw_addr=storage.sfw.data_ptr().toint(),
         tokens_ptr=storage.tokens.data_ptr(),
@@ -790,7 +814,9 @@ def _gemm_kernel(
         if warp_idx == 0:
             _produce_weights(atom_w, tma_w, ptrs, descs_addr, tiles, tile_begin, tile_end, pw, smem)
         if warp_idx == 1:
-            _produce_tokens(atom_t, tma_t, descs_addr, tiles, tile_begin, tile_end, pt, smem)
+            _produce_tokens(
+                ((atom_t, tma_t), (atom_s, tma_s)), descs_addr, tiles, tile_begin, tile_end, pt, smem
+            )
     else:
         cute.arch.warpgroup_reg_alloc(CONSUMER_REGS)
         _consume(ptrs, tiles, cta_tiles, bidx, pw, pt, smem, tidx, warp_idx // 4 - 1)
@@ -817,8 +843,8 @@ def _launch(
         smem=_PrepStorage.size_in_bytes(),
         stream=stream,
     )
-    atom_w, tma_w, atom_t, tma_t = _tma_atoms(w_template, tok_template)
-    _gemm_kernel(atom_w, tma_w, atom_t, tma_t, ptrs, descs_addr, tiles, cta_tiles).launch(
+    atom_w, tma_w, atom_t, tma_t, atom_s, tma_s = _tma_atoms(w_template, tok_template)
+    _gemm_kernel(atom_w, tma_w, atom_t, tma_t, atom_s, tma_s, ptrs, descs_addr, tiles, cta_tiles).launch(
         grid=(num_ctas, 1, 1),
         block=(NUM_THREADS, 1, 1),
         smem=_Storage.size_in_bytes(),
@@ -948,7 +974,7 @@ def make_sm90_launcher(plan):
     m0, _, k0 = sizes[0]
     tok_template = _dyn(scratch[: m0 * k0].view(m0, k0))
     w_template = _dyn(plan.inputs[0][0][1].view(torch.uint8)[:, :, 0])
-    descs = torch.empty((len(sizes), 2, DESC_BYTES // 8), dtype=torch.int64, device=device)
+    descs = torch.empty((len(sizes), DESCS_PER_GROUP, DESC_BYTES // 8), dtype=torch.int64, device=device)
     tiles = torch.tensor(records, dtype=torch.int32, device=device)
     cta_tiles = torch.tensor(offsets, dtype=torch.int32, device=device)
     prep_blocks = max(-(-m * (k // TILE_K) // PREP_THREADS) for m, _, k in sizes)
