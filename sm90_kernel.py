@@ -34,14 +34,15 @@ Nothing in the compiled code depends on shapes or group count.
 Warp roles (384 threads, setmaxnreg 40 / 232) and barriers.  Warp 0 streams weights: per k-tile
 (64 k) one TMA of the 128-row FP4 tile (32 B per row, no swizzle) and a 1-D bulk copy of its
 scales (in the 128x4 blocked layout 128 rows x one k-tile is one 512-byte run), on a 7-deep
-PipelineTmaAsync (4.5 KB stages from DRAM).  Warp 1 streams tokens: per k-tile 64-row boxes, then 16-row boxes for the rest, of
-fp16 tokens the tile needs (TMA with 128B swizzle = wgmma's K-major layout; rows past M
-zero-filled) on a 6-deep pipeline of 32 KB stages (L2-resident data), arriving
-with the per-tile transaction size itself.  Warpgroups 1 and 2 consume independently: dequantize
+PipelineTmaAsync (4.5 KB stages from DRAM).  Warp 1 streams tokens: per k-tile the tile's wgmma N
+rows of fp16 tokens, as 64-row TMA boxes and then 16-row boxes for the rest (128B swizzle =
+wgmma's K-major layout; rows past M zero-filled), on a 6-deep pipeline of 32 KB stages
+(L2-resident data), arriving with the per-tile transaction size itself.  Token reads from L2 set
+the pace of a k-tile, so no row beyond N is loaded.  Warpgroups 1 and 2 consume independently: dequantize
 their 64 weight rows straight into wgmma A fragments and release the weight stage at once, issue 4
 wgmma k16 blocks on the token stage, keep one wgmma group in flight (two A fragments alternate)
 and release a token stage when the wgmma that read it has retired.
-TMA descriptors (tokens, weights) per group are written once per plan by a small init kernel into
+TMA descriptors (tokens in both box sizes, weights) per group are written once per plan by a small init kernel into
 a global workspace (template descriptor + tensormap.replace of address, shape and stride) and used
 through tma_desc_ptr after a tensormap acquire fence when the group changes.  NVIDIA's grouped
 example rewrites descriptors inside the GEMM on every group change; addresses are fixed per plan
