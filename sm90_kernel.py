@@ -38,12 +38,12 @@ PipelineTmaAsync (4.5 KB stages from DRAM).  Warp 1 streams tokens: per k-tile t
 rows of fp16 tokens, as 64-row TMA boxes and then 16-row boxes for the rest (128B swizzle =
 wgmma's K-major layout; rows past M zero-filled), on a 6-deep pipeline of 32 KB stages
 (L2-resident data), arriving with the per-tile transaction size itself.  Token reads from L2 set
-the pace of a k-tile, so no row beyond N is loaded.  Warpgroups 1 and 2 consume independently: dequantize
-their 64 weight rows straight into wgmma A fragments and release the weight stage at once, issue 4
-wgmma k16 blocks on the token stage, keep one wgmma group in flight (two A fragments alternate)
-and release a token stage when the wgmma that read it has retired.
-TMA descriptors (tokens in both box sizes, weights) per group are written once per plan by a small init kernel into
-a global workspace (template descriptor + tensormap.replace of address, shape and stride) and used
+the pace of a k-tile, so no row beyond N is loaded.  Warpgroups 1 and 2 consume independently:
+dequantize their 64 weight rows straight into wgmma A fragments and release the weight stage at
+once, issue 4 wgmma k16 blocks on the token stage, keep one wgmma group in flight (two A fragments
+alternate) and release a token stage when the wgmma that read it has retired.
+TMA descriptors (tokens in both box sizes, weights) per group are written once per plan by a small
+init kernel into a global workspace (template descriptor + tensormap.replace of address, shape and stride) and used
 through tma_desc_ptr after a tensormap acquire fence when the group changes.  NVIDIA's grouped
 example rewrites descriptors inside the GEMM on every group change; addresses are fixed per plan
 here, so that work leaves the per-call path.
