@@ -43,8 +43,9 @@ dequantize their 64 weight rows straight into wgmma A fragments and release the 
 once, issue 4 wgmma k16 blocks on the token stage, keep one wgmma group in flight (two A fragments
 alternate) and release a token stage when the wgmma that read it has retired.
 TMA descriptors (tokens in both box sizes, weights) per group are written once per plan by a small
-init kernel into a global workspace (template descriptor + tensormap.replace of address, shape and stride) and used
-through tma_desc_ptr after a tensormap acquire fence when the group changes.  NVIDIA's grouped
+init kernel into a global workspace (template descriptor + tensormap.replace of address, shape
+and stride) and used through tma_desc_ptr after a tensormap acquire fence when the group changes.
+NVIDIA's grouped
 example rewrites descriptors inside the GEMM on every group change; addresses are fixed per plan
 here, so that work leaves the per-call path.
 
