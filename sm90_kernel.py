@@ -45,9 +45,8 @@ alternate) and release a token stage when the wgmma that read it has retired.
 TMA descriptors (tokens in both box sizes, weights) per group are written once per plan by a small
 init kernel into a global workspace (template descriptor + tensormap.replace of address, shape
 and stride) and used through tma_desc_ptr after a tensormap acquire fence when the group changes.
-NVIDIA's grouped
-example rewrites descriptors inside the GEMM on every group change; addresses are fixed per plan
-here, so that work leaves the per-call path.
+NVIDIA's grouped example rewrites descriptors inside the GEMM on every group change; addresses
+are fixed per plan here, so that work leaves the per-call path.
 
 Dequantization.  The contraction order over k is free when both operands use the same
 permutation, so k is permuted within each 64-k tile to make loads cheap: a thread's A fragment
