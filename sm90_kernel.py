@@ -99,8 +99,9 @@ W_STAGES = 7  # weights + scales: 4.5 KB per stage, streamed from DRAM
 T_STAGES = 6  # fp16 tokens: up to 32 KB per stage, L2-resident
 # Scheduler cost model, in wgmma N columns per k-tile: N + TILE_COST_K.  Clock-stamped tiles on the
 # H200 took 561 cycles per k-tile at N = 64 and 1087 at N = 256 (ratio 1.94; N + 128 gives 2.0):
-# below N ~ 128 the ~70 cycles per m64nNk16 wgmma, not its FLOPs, set the pace.  Against 64, 128
-# made bench 2 5% faster (65.2 -> 61.8 us) and left benchmarks 1, 3, 4 unchanged.
+# small N pays for more than its FLOPs (token rows read from L2 per k-tile, see the token boxes
+# below, and wgmma issue).  Against 64, 128 made bench 2 5% faster (65.2 -> 61.8 us) and left
+# benchmarks 1, 3, 4 unchanged.
 TILE_COST_K = 128
 BALANCE_FLOOR = 1.15
 TOKEN_CHUNKS = (256, 192, 128, 64)  # candidate token-tile heights (multiples of the 64-row box)
