@@ -69,7 +69,6 @@ Shared memory: 7 x 4.5 KB weight stages + 6 x 32 KB token stages = 225 KB of the
 K-tile 64 = one 128-byte swizzle row of fp16 tokens and 4 wgmma k16 blocks.
 """
 
-import heapq
 from types import SimpleNamespace
 
 import torch
@@ -82,8 +81,20 @@ import cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass._mlir.dialects import llvm
 from cutlass.cute.nvgpu import cpasync, warpgroup
-from cutlass.cute.runtime import from_dlpack
 from cutlass.cutlass_dsl import T, dsl_user_op
+
+# Shared with the B200 path (submission.py imports this module only on Hopper, after it is loaded):
+# the tile schedule, the launch arguments and the per-group descriptor selection.
+from submission import (
+    CompiledLaunch,
+    LaunchArgs,
+    LaunchArgsView,
+    ScheduleShape,
+    build_tile_schedule,
+    gmem_matrix,
+    group_tma_desc,
+    select_by_group,
+)
 
 # ---------------------------------------------------------------------------------------------
 # Configuration
@@ -117,9 +128,7 @@ W_TX_BYTES = W_STAGE_BYTES + SF_BLOCK_BYTES
 TOKEN_BOX_ROWS = 64
 TOKEN_SUBBOX_ROWS = 16
 TOKEN_ROW_BYTES = TILE_K * 2
-DESCS_PER_GROUP = 3  # TMA descriptors per group: tokens (64-row box), weights, tokens (16-row box)
 TOKEN_STAGE_ELEMS = MAX_TOKENS * TILE_K
-DESC_BYTES = 128
 NUM_THREADS = 384
 PRODUCER_REGS = 40
 CONSUMER_REGS = 232
@@ -372,17 +381,6 @@ def _sf_offset(row, k_tile, k_tiles):
     )
 
 
-def _desc_ptr(descs_addr, group, which):
-    addr = descs_addr + cutlass.Int64(group * DESCS_PER_GROUP + which) * DESC_BYTES
-    return cute.make_ptr(cutlass.Int64, addr, cute.AddressSpace.gmem, assumed_align=DESC_BYTES)
-
-
-def _matrix(dtype, addr, rows, cols):
-    """Row-major (rows x cols) global tensor at address `addr`."""
-    ptr = cute.make_ptr(dtype, addr, cute.AddressSpace.gmem, assumed_align=16)
-    return cute.make_tensor(ptr, cute.make_layout((rows, cols), stride=(cols, 1)))
-
-
 def _token_smem_layout(rows, stages):
     """(rows, 64 k, stages) fp16 K-major with 128B swizzle, stages at the stride of a full
     MAX_TOKENS-row stage (a variant uses the first `rows` rows of each stage)."""
@@ -410,51 +408,6 @@ def _tma_atoms(w_template, tok_template):
 
 
 # ---------------------------------------------------------------------------------------------
-# Descriptor workspace initialisation (once per plan)
-# ---------------------------------------------------------------------------------------------
-@cute.kernel
-def _init_desc_kernel(
-    atom_w: cute.CopyAtom,
-    atom_t: cute.CopyAtom,
-    atom_s: cute.CopyAtom,
-    ptrs: cute.Tensor,
-    sizes: cute.Tensor,
-    tok_ptrs: cute.Tensor,
-    descs_addr: cutlass.Int64,
-):
-    g, _, _ = cute.arch.block_idx()
-    m = sizes[g, 0]
-    n = sizes[g, 1]
-    k = sizes[g, 2]
-    manager = utils.TensorMapManager(utils.TensorMapUpdateMode.GMEM, DESC_BYTES)
-    tokens = _matrix(cutlass.Float16, tok_ptrs[g], m, k)
-    tensors = (tokens, _matrix(cutlass.Uint8, ptrs[g, 1], n, k // 2), tokens)
-    atoms = (atom_t, atom_w, atom_s)
-    dst = tuple(manager.get_tensormap_ptr(_desc_ptr(descs_addr, g, i)) for i in range(DESCS_PER_GROUP))
-    for atom, ptr in zip(atoms, dst):
-        manager.init_tensormap_from_atom(atom, ptr, 0)
-    manager.fence_tensormap_initialization()
-    manager.update_tensormap(tensors, atoms, dst, 0, (None,) * DESCS_PER_GROUP)
-
-
-@cute.jit
-def _init_descs(
-    w_template: cute.Tensor,
-    tok_template: cute.Tensor,
-    ptrs: cute.Tensor,
-    sizes: cute.Tensor,
-    tok_ptrs: cute.Tensor,
-    descs_addr: cutlass.Int64,
-    num_groups: cutlass.Int32,
-    stream: cuda.CUstream,
-):
-    atom_w, _, atom_t, _, atom_s, _ = _tma_atoms(w_template, tok_template)
-    _init_desc_kernel(atom_w, atom_t, atom_s, ptrs, sizes, tok_ptrs, descs_addr).launch(
-        grid=(num_groups, 1, 1), block=(32, 1, 1), stream=stream
-    )
-
-
-# ---------------------------------------------------------------------------------------------
 # Token pre-pass: FP4 tokens x scales -> fp16 (x 2^-7), k permuted within each 64-k tile
 # ---------------------------------------------------------------------------------------------
 @cute.struct
@@ -463,7 +416,7 @@ class _PrepStorage:
 
 
 @cute.kernel
-def _token_kernel(ptrs: cute.Tensor, sizes: cute.Tensor, tok_ptrs: cute.Tensor):
+def _token_kernel(args: LaunchArgsView):
     """One thread per (row, 64-k tile) unit u: 32 B of FP4 at a + 32u and 4 scales in, 128 B of
     fp16 out at tok + 128u.  Chunks go through shared memory (XOR-swizzled, conflict-free) so
     each warp store writes 512 contiguous bytes; storing straight from the thread left partial
@@ -475,8 +428,8 @@ def _token_kernel(ptrs: cute.Tensor, sizes: cute.Tensor, tok_ptrs: cute.Tensor):
     cute.arch.griddepcontrol_launch_dependents()  # let the GEMM start streaming weights
     tidx, _, _ = cute.arch.thread_idx()
     bx, g, _ = cute.arch.block_idx()
-    m = sizes[g, 0]
-    k = sizes[g, 2]
+    m = select_by_group(g, args.m)
+    k = select_by_group(g, args.k)
     k_tiles = k // TILE_K
     num_units = m * k_tiles
     warp_base = bx * PREP_THREADS + (tidx & ~31)
@@ -487,16 +440,16 @@ def _token_kernel(ptrs: cute.Tensor, sizes: cute.Tensor, tok_ptrs: cute.Tensor):
     if unit < num_units:
         row = unit // k_tiles
         kt = unit - row * k_tiles
-        src = ptrs[g, 0] + cutlass.Int64(unit) * (TILE_K // 2)
+        src = select_by_group(g, args.a) + cutlass.Int64(unit) * (TILE_K // 2)
         words = ldg_v4(src) + ldg_v4(src + 16)
-        sf_word = ldg_b32(ptrs[g, 3] + _sf_offset(row, kt, k_tiles))
+        sf_word = ldg_b32(select_by_group(g, args.sfa) + _sf_offset(row, kt, k_tiles))
         outs = [dequant_fp4(words[i], scale_pair(sf_word, i // 2)) for i in range(8)]
         for c in cutlass.range_constexpr(8):
             j, s = c // 2, c % 2
             o, w = 2 * (j % 2) + s, j // 2
             sts_v4(warp_smem + lane * 128 + ((c ^ (lane & 7)) << 4), *[outs[2 * qq + w][o] for qq in range(4)])
     cute.arch.sync_warp()
-    dst = tok_ptrs[g] + cutlass.Int64(warp_base) * 128
+    dst = select_by_group(g, args.tokens) + cutlass.Int64(warp_base) * 128
     for i in cutlass.range_constexpr(8):
         src_unit = 4 * i + (lane >> 3)
         if warp_base + src_unit < num_units:
@@ -611,38 +564,36 @@ def _consume_tile(n_tok, c, tile, pw, pt, st):
 
 
 @cute.jit
-def _produce_weights(atom_w, tma_w, ptrs, descs_addr, tiles, tile_begin, tile_end, pw, smem):
+def _produce_weights(w_atoms, tma_w, args, tiles, tile_begin, tile_end, pw, smem):
     """Warp 0: per k-tile, TMA the 128-row FP4 weight tile and bulk-copy its scale block (in the
-    128x4 blocked layout, 128 rows x one 64-k tile is one contiguous 512-byte run)."""
+    128x4 blocked layout, 128 rows x one 64-k tile is one contiguous 512-byte run).  The TMA
+    coordinates come from group 0's tensor; the group's own descriptor (a kernel parameter) bounds
+    them."""
     g_w = cute.local_tile(tma_w, (TILE_W, TILE_K // 2), (None, None))
     tWs, tWg = cpasync.tma_partition(
-        atom_w, 0, cute.make_layout(1), cute.group_modes(smem.w, 0, 2), cute.group_modes(g_w, 0, 2)
+        w_atoms[0], 0, cute.make_layout(1), cute.group_modes(smem.w, 0, 2), cute.group_modes(g_w, 0, 2)
     )
-    manager = utils.TensorMapManager(utils.TensorMapUpdateMode.GMEM, DESC_BYTES)
     state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, W_STAGES)
-    last_group = cutlass.Int32(-1)
     for t in range(tile_begin, tile_end):
         g = tiles[t, 0]
         n0 = tiles[t, 1]
         k_tiles = tiles[t, 6] // TILE_K
-        desc = _desc_ptr(descs_addr, g, 1)
-        if g != last_group:
-            manager.fence_tensormap_update(manager.get_tensormap_ptr(desc))
-        last_group = g
+        desc = group_tma_desc(g, w_atoms)
+        scales = select_by_group(g, args.sfb)
         for kt in range(k_tiles):
             pw.producer_acquire(state)
             bar = pw.producer_get_barrier(state)
             cute.copy(
-                atom_w,
+                w_atoms[0],
                 tWg[(None, n0 // TILE_W, kt)],
                 tWs[(None, state.index)],
                 tma_bar_ptr=bar,
-                tma_desc_ptr=manager.get_tensormap_ptr(desc, cute.AddressSpace.generic),
+                tma_desc_ptr=desc,
             )
             with cute.arch.elect_one():
                 bulk_copy_g2s(
                     smem.sfw_addr + state.index * SF_BLOCK_BYTES,
-                    ptrs[g, 4] + _sf_offset(n0, kt, k_tiles),
+                    scales + _sf_offset(n0, kt, k_tiles),
                     SF_BLOCK_BYTES,
                     bar.toint(),
                 )
@@ -651,25 +602,25 @@ def _produce_weights(atom_w, tma_w, ptrs, descs_addr, tiles, tile_begin, tile_en
 
 
 @cute.jit
-def _produce_tokens(atoms, descs_addr, tiles, tile_begin, tile_end, pt, smem):
+def _produce_tokens(box_atoms, sub_atoms, tmas, tiles, tile_begin, tile_end, pt, smem):
     """Warp 1: per k-tile, TMA the tile's fp16 tokens: its wgmma N rows as 64-row boxes, then 16-row
     boxes (rows past M are zero-filled).  The transaction size depends on the tile, so this
     arrives on the full barrier itself instead of through PipelineTmaAsync's producer_acquire."""
     parts = []
-    for (atom, tma), rows, boxes_smem in zip(atoms, (TOKEN_BOX_ROWS, TOKEN_SUBBOX_ROWS), smem.token_boxes):
+    for atoms, tma, rows, boxes_smem in zip(
+        (box_atoms, sub_atoms), tmas, (TOKEN_BOX_ROWS, TOKEN_SUBBOX_ROWS), smem.token_boxes
+    ):
         g_t = cute.local_tile(tma, (rows, TILE_K), (None, None))
         parts.append(cpasync.tma_partition(
-            atom, 0, cute.make_layout(1), cute.group_modes(boxes_smem, 0, 2), cute.group_modes(g_t, 0, 2)
+            atoms[0], 0, cute.make_layout(1), cute.group_modes(boxes_smem, 0, 2), cute.group_modes(g_t, 0, 2)
         ))
     (tBs, tBg), (tSs, tSg) = parts
     boxes_per_stage = MAX_TOKENS // TOKEN_BOX_ROWS
     subboxes_per_box = TOKEN_BOX_ROWS // TOKEN_SUBBOX_ROWS
-    manager = utils.TensorMapManager(utils.TensorMapUpdateMode.GMEM, DESC_BYTES)
     state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, T_STAGES)
     # The GEMM is launched with programmatic dependent launch: everything before this point (and
     # the weight stream) overlaps the token pre-pass; its fp16 tokens are read only after it.
     cute.arch.griddepcontrol_wait()
-    last_group = cutlass.Int32(-1)
     for t in range(tile_begin, tile_end):
         g = tiles[t, 0]
         t0 = tiles[t, 2]
@@ -678,12 +629,8 @@ def _produce_tokens(atoms, descs_addr, tiles, tile_begin, tile_end, pt, smem):
         boxes = rows // TOKEN_BOX_ROWS
         subboxes = (rows - boxes * TOKEN_BOX_ROWS) // TOKEN_SUBBOX_ROWS
         sub0 = (t0 + boxes * TOKEN_BOX_ROWS) // TOKEN_SUBBOX_ROWS  # first 16-row box in gmem
-        desc_box = _desc_ptr(descs_addr, g, 0)
-        desc_sub = _desc_ptr(descs_addr, g, 2)
-        if g != last_group:
-            manager.fence_tensormap_update(manager.get_tensormap_ptr(desc_box))
-            manager.fence_tensormap_update(manager.get_tensormap_ptr(desc_sub))
-        last_group = g
+        desc_box = group_tma_desc(g, box_atoms)
+        desc_sub = group_tma_desc(g, sub_atoms)
         for kt in range(k_tiles):
             pt.sync_object_empty.wait(state.index, state.phase)
             bar = pt.producer_get_barrier(state)
@@ -691,26 +638,26 @@ def _produce_tokens(atoms, descs_addr, tiles, tile_begin, tile_end, pt, smem):
                 cute.arch.mbarrier_arrive_and_expect_tx(bar, rows * TOKEN_ROW_BYTES)
             for b in range(boxes):
                 cute.copy(
-                    atoms[0][0],
+                    box_atoms[0],
                     tBg[(None, t0 // TOKEN_BOX_ROWS + b, kt)],
                     tBs[(None, state.index * boxes_per_stage + b)],
                     tma_bar_ptr=bar,
-                    tma_desc_ptr=manager.get_tensormap_ptr(desc_box, cute.AddressSpace.generic),
+                    tma_desc_ptr=desc_box,
                 )
             for b in range(subboxes):
                 cute.copy(
-                    atoms[1][0],
+                    sub_atoms[0],
                     tSg[(None, sub0 + b, kt)],
                     tSs[(None, (state.index * boxes_per_stage + boxes) * subboxes_per_box + b)],
                     tma_bar_ptr=bar,
-                    tma_desc_ptr=manager.get_tensormap_ptr(desc_sub, cute.AddressSpace.generic),
+                    tma_desc_ptr=desc_sub,
                 )
             state.advance()
     pt.producer_tail(state)
 
 
 @cute.jit
-def _consume(ptrs, tiles, cta_tiles, bidx, pw, pt, smem, tidx, wg):
+def _consume(args, tiles, cta_tiles, bidx, pw, pt, smem, tidx, wg):
     """Consumer warpgroups: walk the CTA's tiles, one loop per wgmma N variant.
 
     The CTA's tiles are sorted by variant, so each variant is a separate loop rather than a
@@ -750,24 +697,25 @@ def _consume(ptrs, tiles, cta_tiles, bidx, pw, pt, smem, tidx, wg):
                 m_end=tiles[t, 4],
                 n=tiles[t, 5],
                 k=tiles[t, 6],
-                c_ptr=ptrs[tiles[t, 0], 2],
+                c_ptr=select_by_group(tiles[t, 0], args.c),
             )
             st = _consume_tile(VARIANTS[vi], c, tile, pw, pt, st)
 
 
 @cute.kernel
 def _gemm_kernel(
-    atom_w: cute.CopyAtom,
+    w_atoms: tuple,
     tma_w: cute.Tensor,
-    atom_t: cute.CopyAtom,
-    tma_t: cute.Tensor,
-    atom_s: cute.CopyAtom,
-    tma_s: cute.Tensor,
-    ptrs: cute.Tensor,
-    descs_addr: cutlass.Int64,
-    tiles: cute.Tensor,
-    cta_tiles: cute.Tensor,
+    box_atoms: tuple,
+    tma_box: cute.Tensor,
+    sub_atoms: tuple,
+    tma_sub: cute.Tensor,
+    args: LaunchArgsView,
 ):
+    """The persistent GEMM.  w_atoms, box_atoms, sub_atoms: one TMA atom per group (weights, 64-row
+    and 16-row token boxes); tma_*: group 0's coordinate tensors, used for every group."""
+    tiles = gmem_matrix(cutlass.Int32, args.tiles, args.num_tiles, RECORD_WORDS)
+    cta_tiles = gmem_matrix(cutlass.Int32, args.cta_tiles, args.num_ctas, len(VARIANTS) + 1)
     tidx, _, _ = cute.arch.thread_idx()
     bidx, _, _ = cute.arch.block_idx()
     warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
@@ -814,189 +762,108 @@ def _gemm_kernel(
     if warp_idx < 4:
         cute.arch.warpgroup_reg_dealloc(PRODUCER_REGS)
         if warp_idx == 0:
-            _produce_weights(atom_w, tma_w, ptrs, descs_addr, tiles, tile_begin, tile_end, pw, smem)
+            _produce_weights(w_atoms, tma_w, args, tiles, tile_begin, tile_end, pw, smem)
         if warp_idx == 1:
-            _produce_tokens(
-                ((atom_t, tma_t), (atom_s, tma_s)), descs_addr, tiles, tile_begin, tile_end, pt, smem
-            )
+            _produce_tokens(box_atoms, sub_atoms, (tma_box, tma_sub), tiles, tile_begin, tile_end, pt, smem)
     else:
         cute.arch.warpgroup_reg_alloc(CONSUMER_REGS)
-        _consume(ptrs, tiles, cta_tiles, bidx, pw, pt, smem, tidx, warp_idx // 4 - 1)
+        _consume(args, tiles, cta_tiles, bidx, pw, pt, smem, tidx, warp_idx // 4 - 1)
 
 
 @cute.jit
-def _launch(
-    w_template: cute.Tensor,
-    tok_template: cute.Tensor,
-    ptrs: cute.Tensor,
-    sizes: cute.Tensor,
-    tok_ptrs: cute.Tensor,
-    descs_addr: cutlass.Int64,
-    tiles: cute.Tensor,
-    cta_tiles: cute.Tensor,
-    num_groups: cutlass.Int32,
-    prep_blocks: cutlass.Int32,
-    num_ctas: cutlass.Int32,
-    stream: cuda.CUstream,
-):
-    _token_kernel(ptrs, sizes, tok_ptrs).launch(
-        grid=(prep_blocks, num_groups, 1),
+def _launch(args: LaunchArgs):
+    """Token pre-pass, then the GEMM (programmatic dependent launch).  The TMA descriptors of every
+    group are encoded here, in the generated host code, at each launch: weights from b, tokens from
+    the group's fp16 scratch."""
+    w_atoms, box_atoms, sub_atoms, tmas = [], [], [], []
+    for g in cutlass.range_constexpr(len(args.a)):
+        weights = gmem_matrix(cutlass.Uint8, args.b[g], args.n[g], args.k[g] // 2)
+        tokens = gmem_matrix(cutlass.Float16, args.tokens[g], args.m[g], args.k[g])
+        atom_w, tma_w, atom_box, tma_box, atom_sub, tma_sub = _tma_atoms(weights, tokens)
+        w_atoms.append(atom_w)
+        box_atoms.append(atom_box)
+        sub_atoms.append(atom_sub)
+        tmas.append((tma_w, tma_box, tma_sub))
+    _token_kernel(args).launch(
+        grid=(args.prep_blocks, len(args.a), 1),
         block=(PREP_THREADS, 1, 1),
         smem=_PrepStorage.size_in_bytes(),
-        stream=stream,
+        stream=args.stream,
     )
-    atom_w, tma_w, atom_t, tma_t, atom_s, tma_s = _tma_atoms(w_template, tok_template)
-    _gemm_kernel(atom_w, tma_w, atom_t, tma_t, atom_s, tma_s, ptrs, descs_addr, tiles, cta_tiles).launch(
-        grid=(num_ctas, 1, 1),
+    tma_w, tma_box, tma_sub = tmas[0]
+    _gemm_kernel(tuple(w_atoms), tma_w, tuple(box_atoms), tma_box, tuple(sub_atoms), tma_sub, args).launch(
+        grid=(args.num_ctas, 1, 1),
         block=(NUM_THREADS, 1, 1),
         smem=_Storage.size_in_bytes(),
         min_blocks_per_mp=1,
-        stream=stream,
+        stream=args.stream,
         use_pdl=True,
     )
 
 
 # ---------------------------------------------------------------------------------------------
-# Host side
+# Host side: schedule, scratch and launch arguments per shape signature
 # ---------------------------------------------------------------------------------------------
-def _tile_cost(n_tok, k):
-    return (k // TILE_K) * (n_tok + TILE_COST_K)
+RECORD_WORDS = 8  # int32 per tile record (submission.RECORD_FIELDS)
 
-
-def _balance(tiles, num_sms):
-    """Spread (cost, record) tiles over min(num_sms, #tiles) CTAs: longest processing time
-    first (biggest tile to the least loaded CTA), then swaps that lower the most loaded CTA.
-    LPT alone left 12-17% between the busiest CTA and the mean on the benchmarks, close to what
-    the SMs measured; a few hundred swaps bring the model within a few percent."""
-    num_ctas = min(num_sms, len(tiles))
-    heap = [(0, cta) for cta in range(num_ctas)]
-    bins = [[] for _ in range(num_ctas)]
-    for tile in sorted(tiles, key=lambda t: -t[0]):
-        load, cta = heapq.heappop(heap)
-        bins[cta].append(tile)
-        heapq.heappush(heap, (load + tile[0], cta))
-    loads = [sum(cost for cost, _ in b) for b in bins]
-    for _ in range(20 * num_ctas):
-        hi = max(range(num_ctas), key=loads.__getitem__)
-        best = None  # (new local max, j, index in hi, index in j or None for a move)
-        for j in range(num_ctas):
-            if j == hi:
-                continue
-            gap = loads[hi] - loads[j]
-            options = [(a, None, bins[hi][a][0]) for a in range(len(bins[hi]))]
-            options += [(a, b, bins[hi][a][0] - bins[j][b][0])
-                        for a in range(len(bins[hi])) for b in range(len(bins[j]))]
-            for a, b, delta in options:
-                if 0 < delta < gap:
-                    local_max = max(loads[hi] - delta, loads[j] + delta)
-                    if best is None or local_max < best[0]:
-                        best = (local_max, j, a, b)
-        if best is None:
-            break
-        _, j, a, b = best
-        tile = bins[hi].pop(a)
-        if b is not None:
-            other = bins[j].pop(b)
-            bins[hi].append(other)
-            loads[hi] += other[0]
-            loads[j] -= other[0]
-        bins[j].append(tile)
-        loads[hi] -= tile[0]
-        loads[j] += tile[0]
-    return max(loads), [[rec for _, rec in b] for b in bins]
-
-
-def build_schedule(sizes, num_sms):
-    """Tile records (int32 [T, 8]: group, n0, t0, variant, m_end, n, k, 0; tokens t0..m_end-1)
-    ordered by CTA then variant, and per-CTA variant offsets (int32 [P, len(VARIANTS) + 1]): CTA b
-    runs variant v on records [off[b, v], off[b, v + 1]).
-
-    Token tiles are cut at a height from TOKEN_CHUNKS, the one whose balanced schedule has the
-    smallest modeled makespan: short tiles cost more weight dequantization but fill all SMs when
-    a plan has few weight tiles (two groups of 3072 x 4096 make 72 tiles of 256 tokens)."""
-    best = None
-    for chunk in TOKEN_CHUNKS:
-        tiles = []
-        for grp, (m, n, k) in enumerate(sizes):
-            starts = list(range(0, m, chunk))
-            if len(starts) > 1 and m - starts[-1] < TOKEN_STEP and m - starts[-2] <= MAX_TOKENS:
-                starts.pop()  # fold a sliver of tokens into the previous tile
-            for t0, m_end in zip(starts, starts[1:] + [m]):
-                variant = (m_end - t0 + TOKEN_STEP - 1) // TOKEN_STEP - 1
-                cost = _tile_cost(VARIANTS[variant], k)
-                tiles.extend((cost, (grp, n0, t0, variant, m_end, n, k, 0)) for n0 in range(0, n, TILE_W))
-        makespan, assigned = _balance(tiles, num_sms)
-        # Measured on the H200, the busiest SM stayed 12-18% above the mean even where the model
-        # balanced within 3%, so a finer split only wins if it wins against that floor.
-        makespan = max(makespan, BALANCE_FLOOR * sum(cost for cost, _ in tiles) / len(assigned))
-        if best is None or makespan < best[0]:
-            best = (makespan, assigned)
-    records, offsets = [], []
-    for lst in best[1]:
-        row = [len(records)]
-        for v in range(len(VARIANTS)):
-            records.extend(sorted((r for r in lst if r[3] == v), key=lambda r: (r[0], r[2], r[1])))
-            row.append(len(records))
-        offsets.append(row)
-    return records, offsets
-
-
-def _dyn(t):
-    return from_dlpack(t, assumed_align=16).mark_layout_dynamic()
-
+SCHEDULE = ScheduleShape(
+    weight_rows=TILE_W,
+    token_chunks=TOKEN_CHUNKS,
+    token_variants=VARIANTS,
+    tile_cost=lambda n_tok, k: (k // TILE_K) * (n_tok + TILE_COST_K),
+    job_cost=lambda tile_costs, k: tile_costs,
+    balance_floor=BALANCE_FLOOR,
+    group_by_variant=True,
+    weight_block_jobs=False,
+)
 
 _compiled = {}
 
 
-def _compiled_fn(name, fn, *args):
-    """Compiled once per process: nothing in the compiled code depends on shapes or groups."""
-    if name not in _compiled:
-        _compiled[name] = cute.compile(fn, *args)
-    return _compiled[name]
+def _launch_args(num_groups):
+    return LaunchArgs(
+        num_groups,
+        group_addresses=("tokens",),
+        addresses=("tiles", "cta_tiles"),
+        integers=("num_tiles", "num_ctas", "prep_blocks"),
+    )
 
 
-def make_sm90_launcher(plan):
-    """Build everything once per plan; return launcher(stream) that only enqueues two kernels
-    (token pre-pass, GEMM).  `stream` is a cuda.bindings CUstream or an int handle."""
-    sizes = [tuple(int(v) for v in s) for s in plan.sizes]
+def compile_sm90(num_groups):
+    """The compiled pre-pass + GEMM for `num_groups` groups (the per-group descriptors are kernel
+    parameters, so the group count is part of the kernel); works without a GPU with
+    CUTE_DSL_ARCH=sm_90a up to the cubin."""
+    if num_groups not in _compiled:
+        _compiled[num_groups] = cute.compile(_launch, _launch_args(num_groups))
+    return _compiled[num_groups]
+
+
+def make_sm90_launch(sizes, device):
+    """Everything that depends only on the shapes, built once per shape signature: the tile
+    schedule (device tables), the fp16 token scratch, and the launch arguments that hold their
+    addresses.  The returned launch takes the inputs' addresses per call (see submission.ShapePlan)."""
     for m, n, k in sizes:
         if m < 1 or n % TILE_W or k % (2 * TILE_K):
             raise ValueError(f"sm90 kernel needs M >= 1, N % {TILE_W} == 0, K % 128 == 0: {(m, n, k)}")
-    device = plan.device
     num_sms = torch.cuda.get_device_properties(device).multi_processor_count
-    records, offsets = build_schedule(sizes, num_sms)
-
+    records, offsets = build_tile_schedule(sizes, num_sms, SCHEDULE)
+    tiles = torch.tensor(records, dtype=torch.int32, device=device)
+    cta_tiles = torch.tensor(offsets, dtype=torch.int32, device=device)
     # fp16 token scratch, one [m, k] matrix per group (256-byte aligned)
     starts, total = [], 0
     for m, _, k in sizes:
         starts.append(total)
         total += -(-m * k // 128) * 128
     scratch = torch.empty(total, dtype=torch.float16, device=device)
-    tok_ptrs = torch.tensor([scratch.data_ptr() + 2 * s for s in starts], dtype=torch.int64, device=device)
-    m0, _, k0 = sizes[0]
-    tok_template = _dyn(scratch[: m0 * k0].view(m0, k0))
-    w_template = _dyn(plan.inputs[0][0][1].view(torch.uint8)[:, :, 0])
-    descs = torch.empty((len(sizes), DESCS_PER_GROUP, DESC_BYTES // 8), dtype=torch.int64, device=device)
-    tiles = torch.tensor(records, dtype=torch.int32, device=device)
-    cta_tiles = torch.tensor(offsets, dtype=torch.int32, device=device)
-    prep_blocks = max(-(-m * (k // TILE_K) // PREP_THREADS) for m, _, k in sizes)
 
-    stream = cuda.CUstream(torch.cuda.current_stream(device).cuda_stream)
-    ptrs, sizes_t, tok_ptrs_t = _dyn(plan.pointers), _dyn(plan.problem_sizes), _dyn(tok_ptrs)
-    init_args = (w_template, tok_template, ptrs, sizes_t, tok_ptrs_t, descs.data_ptr(), len(sizes))
-    _compiled_fn("init", _init_descs, *init_args, stream)(*init_args, stream)
-    torch.cuda.current_stream(device).synchronize()  # once per plan: surface init errors here
-
-    args = (
-        w_template, tok_template, ptrs, sizes_t, tok_ptrs_t, descs.data_ptr(),
-        _dyn(tiles), _dyn(cta_tiles), len(sizes), prep_blocks, len(offsets),
-    )
-    launch = _compiled_fn("gemm", _launch, *args, stream)
-
-    def launcher(stream):
-        if not isinstance(stream, cuda.CUstream):
-            stream = cuda.CUstream(stream)
-        launch(*args, stream)
-
-    launcher.keep_alive = (scratch, tok_ptrs, descs, tiles, cta_tiles, plan)
-    return launcher
+    args = _launch_args(len(sizes))
+    args.set("m", [m for m, _, _ in sizes])
+    args.set("n", [n for _, n, _ in sizes])
+    args.set("k", [k for _, _, k in sizes])
+    args.set("tokens", [scratch.data_ptr() + 2 * s for s in starts])
+    args.set("tiles", tiles.data_ptr())
+    args.set("cta_tiles", cta_tiles.data_ptr())
+    args.set("num_tiles", len(records))
+    args.set("num_ctas", len(offsets))
+    args.set("prep_blocks", max(-(-m * (k // TILE_K) // PREP_THREADS) for m, _, k in sizes))
+    return CompiledLaunch(compile_sm90(len(sizes)), args, buffers=(tiles, cta_tiles, scratch))
