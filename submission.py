@@ -263,7 +263,7 @@ class LaunchArgs:
         """Write a field: a list with one value per group, or a single launch-wide value."""
         block, start, count = self.layout.slot(name)
         block = self.i64 if block == "i64" else self.i32
-        if count == 1:
+        if name in self.layout.addresses or name in self.layout.integers:
             block[start] = values
         else:
             block[start : start + count] = list(values)
