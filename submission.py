@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import bisect
 import ctypes
+import enum
 import functools
 import heapq
 import operator
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Callable
 
 import torch
@@ -483,8 +485,667 @@ def _build_plan(data) -> ShapePlan:
     return ShapePlan(sizes, _metadata(tensors), launch)
 
 
-def make_sm100_launch(sizes, device):
-    raise NotImplementedError
+# --------------------------------------------------------------------------------------------------
+# Epilogue stores, shared by both kernels: two lanes pair up so each stores 4 bytes of one C row,
+# and every store is predicated on its row being below M (C is never written outside c)
+# --------------------------------------------------------------------------------------------------
+
+from cutlass._mlir.dialects import llvm  # noqa: E402
+from cutlass.cutlass_dsl import T, dsl_user_op  # noqa: E402
+
+
+def _i32(x, loc=None, ip=None):
+    return cutlass.Int32(x).ir_value(loc=loc, ip=ip)
+
+
+def asm(ret, args, text, constraints, side_effects):
+    """Inline PTX. Memory operations are marked side-effecting so that LLVM keeps them ordered with
+    the barriers around them."""
+    return llvm.inline_asm(
+        ret, args, text, constraints, has_side_effects=side_effects, is_align_stack=False,
+        asm_dialect=llvm.AsmDialect.AD_ATT,
+    )
+
+
+@dsl_user_op
+def pack_f16x2(lo, hi, *, loc=None, ip=None):
+    """f16x2 of two fp32 values, rounded to nearest even (lo in the low half)."""
+    return cutlass.Int32(
+        asm(
+            T.i32(),
+            [cutlass.Float32(hi).ir_value(loc=loc, ip=ip), cutlass.Float32(lo).ir_value(loc=loc, ip=ip)],
+            "cvt.rn.f16x2.f32 $0, $1, $2;",
+            "=r,f,f",
+            False,
+        )
+    )
+
+
+@dsl_user_op
+def row_pair_word(mine, odd, lane_xor: int, *, loc=None, ip=None):
+    """The 4 bytes this lane stores, given `mine` = f16x2 (C[j, n], C[j + 1, n]) of its output
+    column n, where lane ^ lane_xor holds column n ^ 1 (odd = n is odd): for even n, C[j, n..n+1];
+    for odd n, C[j + 1, n-1..n]. One shuffle and one byte permute."""
+    other = asm(
+        T.i32(), [_i32(mine, loc, ip)], f"shfl.sync.bfly.b32 $0, $1, {lane_xor}, 0x1f, 0xffffffff;", "=r,r", True
+    )
+    selector = cutlass.Int32(odd) * (0x3276 - 0x5410) + 0x5410
+    return cutlass.Int32(
+        asm(T.i32(), [_i32(mine, loc, ip), other, _i32(selector, loc, ip)], "prmt.b32 $0, $1, $2, $3;", "=r,r,r,r", False)
+    )
+
+
+@dsl_user_op
+def store_words_if(addr, words, rows_left, row: int, spacing: int, *, loc=None, ip=None):
+    """Store 32-bit words[i] at addr + i * spacing bytes if rows_left > row (one predicate)."""
+    stores = "".join(f" @p st.global.b32 [$0+{i * spacing}], ${i + 2};\n" for i in range(len(words)))
+    asm(
+        None,
+        [cutlass.Int64(addr).ir_value(loc=loc, ip=ip), _i32(rows_left, loc, ip)] + [_i32(w, loc, ip) for w in words],
+        "{\n .reg .pred p;\n" f" setp.gt.s32 p, $1, {row};\n" + stores + "}",
+        ",".join(["l", "r"] + ["r"] * len(words)),
+        True,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# B200 (sm_100a): configuration
+# --------------------------------------------------------------------------------------------------
+
+import cutlass.pipeline as pipeline  # noqa: E402
+import cutlass.utils as utils  # noqa: E402
+import cutlass.utils.blackwell_helpers as sm100_utils  # noqa: E402
+import cutlass.utils.blockscaled_layout as blockscaled_utils  # noqa: E402
+from cutlass.cute.nvgpu import cpasync, tcgen05  # noqa: E402
+
+AB_DTYPE = cutlass.Float4E2M1FN
+SF_DTYPE = cutlass.Float8E4M3FN
+ACC_DTYPE = cutlass.Float32
+
+PAIR_WEIGHT_ROWS = 256  # MMA M: the weights of a 2-CTA pair, 128 rows in each CTA
+CTA_WEIGHT_ROWS = 128
+TOKEN_VARIANTS = (64, 128)  # MMA N (tokens) the kernel is compiled for; a tile runs the smallest that fits
+TOKEN_CHUNK = 128  # token tiles start at multiples of 128: one block of the blocked scale layout
+K_TILE = 256  # per smem stage: 4 MMAs of K = 64
+ACC_STAGES = 2  # TMEM accumulators: the epilogue of tile i overlaps the mainloop of tile i + 1
+ACC_STAGE_COLUMNS = 128  # TMEM columns per accumulator (the largest token variant)
+TMEM_COLUMNS = 512  # 2 x 128 accumulator + 16 SFA + 16 SFB columns, rounded to a power of two
+EPILOGUE_COLUMNS = 32  # tokens per tcgen05.ld (32x32b.x32) in the epilogue
+SMEM_RESERVED_BYTES = 1024  # mbarriers and the TMEM address
+
+EPILOGUE_WARPS = (0, 1, 2, 3)
+MMA_WARP = 4
+TMA_WARP = 5
+THREADS_PER_CTA = 32 * (len(EPILOGUE_WARPS) + 2)
+
+
+class Barrier(enum.IntEnum):
+    """Named barrier ids (0 is __syncthreads)."""
+
+    EPILOGUE = 1  # the 4 epilogue warps, before freeing TMEM
+    TMEM_ALLOC = 2  # the epilogue warps (allocator) and the MMA warp read the TMEM address
+
+
+@dataclass(frozen=True)
+class B200Model:
+    """The per-tile costs the B200 schedule balances; tools/b200_model.py holds the whole model."""
+
+    dram_bytes_per_us_per_pair: float
+    mma_flop_per_us_per_pair: float
+    epilogue_us: float
+
+    def mma_us_per_k_tile(self, tokens: int) -> float:
+        return 2 * PAIR_WEIGHT_ROWS * tokens * K_TILE / self.mma_flop_per_us_per_pair
+
+    def dram_us_per_k_tile(self) -> float:
+        weights = PAIR_WEIGHT_ROWS * K_TILE // 2 + PAIR_WEIGHT_ROWS * K_TILE // SF_VEC_SIZE
+        return weights / self.dram_bytes_per_us_per_pair
+
+
+B200_MODEL = B200Model(dram_bytes_per_us_per_pair=8e6 * 0.85 / 74, mma_flop_per_us_per_pair=9e9 / 74, epilogue_us=0.5)
+
+
+def _sm100_tile_cost(tokens: int, k: int) -> float:
+    """Modeled microseconds of one tile's MMAs (see the design note, "Per-problem configuration")."""
+    return (k // K_TILE) * B200_MODEL.mma_us_per_k_tile(tokens)
+
+
+def _sm100_job_cost(tile_costs: float, k: int) -> float:
+    """A weight block's token tiles run back to back on one pair: its weights stream from DRAM once
+    while the tiles' MMAs run, so the job takes the longer of the two, plus one epilogue."""
+    return max(tile_costs, (k // K_TILE) * B200_MODEL.dram_us_per_k_tile()) + B200_MODEL.epilogue_us
+
+
+SM100_SCHEDULE = ScheduleShape(
+    weight_rows=PAIR_WEIGHT_ROWS,
+    token_chunks=(TOKEN_CHUNK,),
+    token_variants=TOKEN_VARIANTS,
+    tile_cost=_sm100_tile_cost,
+    job_cost=_sm100_job_cost,
+    balance_floor=1.0,
+    group_by_variant=False,
+    weight_block_jobs=True,
+)
+
+
+# --------------------------------------------------------------------------------------------------
+# B200 kernel
+# --------------------------------------------------------------------------------------------------
+
+
+@dsl_user_op
+def _l2_policy(evict: str, *, loc=None, ip=None):
+    """An L2 cache policy for TMA loads: 'first' (read once: weights), 'last' (re-read: tokens)."""
+    return cutlass.Int64(
+        asm(T.i64(), [], f"createpolicy.fractional.L2::evict_{evict}.b64 $0, 1.0;", "=l", False)
+    )
+
+
+@dsl_user_op
+def _tmem_load_32_columns(address, *, loc=None, ip=None):
+    """tcgen05.ld 32x32b.x32: this thread's TMEM lane (the warp's quarter of the 128 lanes), 32
+    consecutive fp32 columns from `address`, waited for."""
+    outs = ",".join(f"${i}" for i in range(EPILOGUE_COLUMNS))
+    res = asm(
+        llvm.StructType.get_literal([T.i32()] * EPILOGUE_COLUMNS),
+        [_i32(address, loc, ip)],
+        f"tcgen05.ld.sync.aligned.32x32b.x32.b32 {{{outs}}}, [${EPILOGUE_COLUMNS}];\n"
+        "tcgen05.wait::ld.sync.aligned;",
+        ",".join(["=r"] * EPILOGUE_COLUMNS + ["r"]),
+        True,
+    )
+    return [cutlass.Float32(llvm.bitcast(T.f32(), llvm.extractvalue(T.i32(), res, [i]))) for i in range(EPILOGUE_COLUMNS)]
+
+
+@dataclass(frozen=True)
+class _Variant:
+    """Everything that depends on the token width N of the MMA."""
+
+    tokens: int
+    tiled_mma: object
+    b_smem_layout: object  # staged, the first tokens // 2 rows of each token stage
+    tx_bytes: int  # bytes a pair's stage receives (the leader's full barrier expects them all)
+
+
+class Sm100GroupedGemm:
+    """Persistent, warp-specialized, 2-CTA block-scaled grouped GEMM for one group count."""
+
+    def __init__(self, num_groups: int):
+        self.num_groups = num_groups
+        self.cluster_shape_mn = (2, 1)
+        self.epilogue_barrier = pipeline.NamedBarrier(Barrier.EPILOGUE, 32 * len(EPILOGUE_WARPS))
+        self.tmem_alloc_barrier = pipeline.NamedBarrier(Barrier.TMEM_ALLOC, 32 * (len(EPILOGUE_WARPS) + 1))
+
+    # ---- everything derived from the configuration (traced inside the host JIT) ----
+    def _setup(self):
+        def tiled_mma(n, cta_group):
+            return sm100_utils.make_blockscaled_trivial_tiled_mma(
+                AB_DTYPE, tcgen05.OperandMajorMode.K, tcgen05.OperandMajorMode.K, SF_DTYPE, SF_VEC_SIZE,
+                cta_group, (PAIR_WEIGHT_ROWS if cta_group == tcgen05.CtaGroup.TWO else CTA_WEIGHT_ROWS, n),
+            )
+
+        widest = tiled_mma(TOKEN_VARIANTS[-1], tcgen05.CtaGroup.TWO)
+        mma_k = cute.size(widest.shape_mnk, mode=[2])
+        self.k_blocks = K_TILE // mma_k
+        self.mma_tiler = (PAIR_WEIGHT_ROWS, TOKEN_VARIANTS[-1], K_TILE)
+        # Token scales are consumed per 128 tokens by a 1-CTA view, multicast to both CTAs (as in
+        # NVIDIA's dense_blockscaled_gemm_persistent.py).
+        self.tiled_mma_sfb = tiled_mma(TOKEN_CHUNK, tcgen05.CtaGroup.ONE)
+        self.mma_tiler_sfb = (CTA_WEIGHT_ROWS, TOKEN_CHUNK, K_TILE)
+        cluster = cute.make_layout((*self.cluster_shape_mn, 1))
+        self.cluster_layout_vmnk = cute.tiled_divide(cluster, (widest.thr_id.shape,))
+        self.cluster_layout_sfb_vmnk = cute.tiled_divide(cluster, (self.tiled_mma_sfb.thr_id.shape,))
+
+        def stage_bytes(layout_of, dtype, tiled, tiler):
+            return cute.size_in_bytes(dtype, layout_of(tiled, tiler, 1))
+
+        a_bytes = cute.size_in_bytes(AB_DTYPE, sm100_utils.make_smem_layout_a(widest, self.mma_tiler, AB_DTYPE, 1))
+        b_bytes = cute.size_in_bytes(AB_DTYPE, sm100_utils.make_smem_layout_b(widest, self.mma_tiler, AB_DTYPE, 1))
+        sfa_bytes = cute.size_in_bytes(
+            SF_DTYPE, blockscaled_utils.make_smem_layout_sfa(widest, self.mma_tiler, SF_VEC_SIZE, 1)
+        )
+        sfb_bytes = cute.size_in_bytes(
+            SF_DTYPE, blockscaled_utils.make_smem_layout_sfb(widest, self.mma_tiler, SF_VEC_SIZE, 1)
+        )
+        # No C staging in shared memory (the epilogue stores from registers): all of it but the
+        # barriers goes to the operand ring.
+        capacity = utils.get_smem_capacity_in_bytes("sm_100")
+        self.num_stages = (capacity - SMEM_RESERVED_BYTES) // (a_bytes + b_bytes + sfa_bytes + sfb_bytes)
+
+        self.a_smem_layout = sm100_utils.make_smem_layout_a(widest, self.mma_tiler, AB_DTYPE, self.num_stages)
+        self.sfa_smem_layout = blockscaled_utils.make_smem_layout_sfa(widest, self.mma_tiler, SF_VEC_SIZE, self.num_stages)
+        self.sfb_smem_layout = blockscaled_utils.make_smem_layout_sfb(widest, self.mma_tiler, SF_VEC_SIZE, self.num_stages)
+        self.b_stage_elems = cute.cosize(sm100_utils.make_smem_layout_b(widest, self.mma_tiler, AB_DTYPE, 1).outer)
+        self.variants = []
+        for n in TOKEN_VARIANTS:
+            mma = widest if n == TOKEN_VARIANTS[-1] else tiled_mma(n, tcgen05.CtaGroup.TWO)
+            tiler = (PAIR_WEIGHT_ROWS, n, K_TILE)
+            one = sm100_utils.make_smem_layout_b(mma, tiler, AB_DTYPE, 1)
+            # Every variant's stages sit at the widest variant's stage stride, in one buffer.
+            staged = cute.make_composed_layout(
+                one.inner, 0, cute.make_layout(
+                    (*one.outer.shape[:-1], self.num_stages), stride=(*one.outer.stride[:-1], self.b_stage_elems)
+                )
+            )
+            per_cta = a_bytes + cute.size_in_bytes(AB_DTYPE, one) + sfa_bytes + sfb_bytes
+            self.variants.append(_Variant(n, mma, staged, per_cta * cute.size(mma.thr_id.shape)))
+
+    # ---- host JIT: per-group descriptors, shared storage, launch ----
+    @cute.jit
+    def __call__(self, args: LaunchArgs):
+        self._setup()
+        widest = self.variants[-1]
+        cluster_shape = self.cluster_layout_vmnk.shape
+        a_op = sm100_utils.cluster_shape_to_tma_atom_A(self.cluster_shape_mn, widest.tiled_mma.thr_id)
+        b_op = sm100_utils.cluster_shape_to_tma_atom_B(self.cluster_shape_mn, widest.tiled_mma.thr_id)
+        sfb_op = sm100_utils.cluster_shape_to_tma_atom_SFB(self.cluster_shape_mn, widest.tiled_mma.thr_id)
+        a_stage = cute.slice_(self.a_smem_layout, (None, None, None, 0))
+        sfa_stage = cute.slice_(self.sfa_smem_layout, (None, None, None, 0))
+        sfb_stage = cute.slice_(self.sfb_smem_layout, (None, None, None, 0))
+
+        # One TMA atom per group and operand; the descriptors are encoded here, at every launch, and
+        # become kernel parameters. The MMA's A operand is the weights (b), its B operand the tokens (a).
+        weight_atoms, token_atoms, weight_sf_atoms, token_sf_atoms = [], [[] for _ in TOKEN_VARIANTS], [], []
+        coords = []  # group 0's coordinate tensors, kept for every group
+        for g in cutlass.range_constexpr(self.num_groups):
+            m, n, k = args.m[g], args.n[g], args.k[g]
+            weights = self._operand(args.b[g], n, k)
+            tokens = self._operand(args.a[g], m, k)
+            atom_w, tma_w = cute.nvgpu.make_tiled_tma_atom_A(
+                a_op, weights, a_stage, self.mma_tiler, widest.tiled_mma, cluster_shape
+            )
+            atom_wsf, tma_wsf = cute.nvgpu.make_tiled_tma_atom_A(
+                a_op, self._scales(args.sfb[g], n, k), sfa_stage, self.mma_tiler, widest.tiled_mma, cluster_shape,
+                internal_type=cutlass.Int16,
+            )
+            atom_tsf, tma_tsf = cute.nvgpu.make_tiled_tma_atom_B(
+                sfb_op, self._scales(args.sfa[g], m, k), sfb_stage, self.mma_tiler_sfb, self.tiled_mma_sfb,
+                self.cluster_layout_sfb_vmnk.shape, internal_type=cutlass.Int16,
+            )
+            tma_tokens = []
+            for v, variant in enumerate(self.variants):
+                atom_t, tma_t = cute.nvgpu.make_tiled_tma_atom_B(
+                    b_op, tokens, cute.slice_(variant.b_smem_layout, (None, None, None, 0)),
+                    (PAIR_WEIGHT_ROWS, variant.tokens, K_TILE), variant.tiled_mma, cluster_shape,
+                )
+                token_atoms[v].append(atom_t)
+                tma_tokens.append(tma_t)
+            weight_atoms.append(atom_w)
+            weight_sf_atoms.append(atom_wsf)
+            token_sf_atoms.append(atom_tsf)
+            coords.append((tma_w, tuple(tma_tokens), tma_wsf, tma_tsf))
+
+        @cute.struct
+        class SharedStorage:
+            ab_full: cute.struct.MemRange[cutlass.Int64, self.num_stages]
+            ab_empty: cute.struct.MemRange[cutlass.Int64, self.num_stages]
+            acc_full: cute.struct.MemRange[cutlass.Int64, ACC_STAGES]
+            acc_empty: cute.struct.MemRange[cutlass.Int64, ACC_STAGES]
+            tmem_dealloc: cutlass.Int64
+            tmem_address: cutlass.Int32
+            sA: cute.struct.Align[cute.struct.MemRange[AB_DTYPE, cute.cosize(self.a_smem_layout.outer)], 1024]
+            sB: cute.struct.Align[cute.struct.MemRange[AB_DTYPE, self.b_stage_elems * self.num_stages], 1024]
+            sSFA: cute.struct.Align[cute.struct.MemRange[SF_DTYPE, cute.cosize(self.sfa_smem_layout)], 1024]
+            sSFB: cute.struct.Align[cute.struct.MemRange[SF_DTYPE, cute.cosize(self.sfb_smem_layout)], 1024]
+
+        self.shared_storage = SharedStorage
+        self.kernel(
+            tuple(weight_atoms), tuple(tuple(a) for a in token_atoms), tuple(weight_sf_atoms), tuple(token_sf_atoms),
+            coords[0], args,
+        ).launch(
+            grid=(2 * args.num_pairs, 1, 1),
+            block=[THREADS_PER_CTA, 1, 1],
+            cluster=(*self.cluster_shape_mn, 1),
+            smem=SharedStorage.size_in_bytes(),
+            stream=args.stream,
+            min_blocks_per_mp=1,
+        )
+
+    @staticmethod
+    def _operand(address, rows, k):
+        """A [rows, K] FP4 operand, K-major (the contract's a and b, the L mode of size 1 kept)."""
+        ptr = cute.make_ptr(AB_DTYPE, address, cute.AddressSpace.gmem, assumed_align=16)
+        k = cute.assume(k, K_TILE)
+        return cute.make_tensor(ptr, cute.make_layout((rows, k, 1), stride=(k, 1, 0)))
+
+    @staticmethod
+    def _scales(address, rows, k):
+        """An operand's scales in the cuBLAS blocked layout (the contract's sf*_reordered)."""
+        ptr = cute.make_ptr(SF_DTYPE, address, cute.AddressSpace.gmem, assumed_align=16)
+        return cute.make_tensor(ptr, blockscaled_utils.tile_atom_to_shape_SF((rows, cute.assume(k, K_TILE), 1), SF_VEC_SIZE))
+
+    # ---- the kernel: setup, then one role per warp ----
+    @cute.kernel
+    def kernel(
+        self,
+        weight_atoms: tuple,
+        token_atoms: tuple,
+        weight_sf_atoms: tuple,
+        token_sf_atoms: tuple,
+        coords: tuple,
+        args: LaunchArgsView,
+    ):
+        """weight_atoms etc.: one TMA atom per group (token_atoms: per variant, then per group);
+        coords: group 0's TMA coordinate tensors (weights, tokens per variant, weight scales, token
+        scales), used for every group: coordinates are tile indices, the selected descriptor bounds them."""
+        self._setup()  # the MMAs and layouts, rebuilt inside the kernel: all of them are static
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        block, _, _ = cute.arch.block_idx()
+        pair = block // 2
+        is_leader_cta = block % 2 == 0
+        cta_rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
+        cta_coord_vmnk = self.cluster_layout_vmnk.get_flat_coord(cta_rank)
+        cta_coord_sfb_vmnk = self.cluster_layout_sfb_vmnk.get_flat_coord(cta_rank)
+
+        storage = utils.SmemAllocator().allocate(self.shared_storage)
+        widest = self.variants[-1]
+        ab_pipeline = pipeline.PipelineTmaUmma.create(
+            barrier_storage=storage.ab_full.data_ptr(),
+            num_stages=self.num_stages,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 1),
+            tx_count=widest.tx_bytes,  # unused: _load_tile expects each variant's own bytes
+            cta_layout_vmnk=self.cluster_layout_vmnk,
+            defer_sync=True,
+        )
+        # Each CTA's 4 epilogue warps release the accumulator to the leader's MMA warp.
+        acc_pipeline = pipeline.PipelineUmmaAsync.create(
+            barrier_storage=storage.acc_full.data_ptr(),
+            num_stages=ACC_STAGES,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 2 * len(EPILOGUE_WARPS)),
+            cta_layout_vmnk=self.cluster_layout_vmnk,
+            defer_sync=True,
+        )
+        tmem = utils.TmemAllocator(
+            storage.tmem_address,
+            barrier_for_retrieve=self.tmem_alloc_barrier,
+            allocator_warp_id=EPILOGUE_WARPS[0],
+            is_two_cta=True,
+            two_cta_tmem_dealloc_mbar_ptr=storage.tmem_dealloc,
+        )
+        pipeline.pipeline_init_arrive(cluster_shape_mn=self.cluster_shape_mn, is_relaxed=True)
+
+        smem = SimpleNamespace(
+            a=storage.sA.get_tensor(self.a_smem_layout.outer, swizzle=self.a_smem_layout.inner),
+            b=[storage.sB.get_tensor(v.b_smem_layout.outer, swizzle=v.b_smem_layout.inner) for v in self.variants],
+            sfa=storage.sSFA.get_tensor(self.sfa_smem_layout),
+            sfb=storage.sSFB.get_tensor(self.sfb_smem_layout),
+        )
+        tiles = gmem_matrix(cutlass.Int32, args.tiles, args.num_tiles, len(RECORD_FIELDS))
+        pair_tiles = gmem_matrix(cutlass.Int32, args.pair_tiles, args.num_pairs, 2)
+        walk = (tiles, pair_tiles[pair, 0], pair_tiles[pair, 1])
+        pipeline.pipeline_init_wait(cluster_shape_mn=self.cluster_shape_mn)
+
+        if warp_idx == TMA_WARP:
+            self.load(
+                ab_pipeline, weight_atoms, token_atoms, weight_sf_atoms, token_sf_atoms, coords, smem, walk,
+                is_leader_cta, cta_coord_vmnk, cta_coord_sfb_vmnk,
+            )
+        if warp_idx == MMA_WARP:
+            tmem.wait_for_alloc()
+            self.mma(ab_pipeline, acc_pipeline, tmem.retrieve_ptr(ACC_DTYPE), smem, walk, is_leader_cta)
+        if warp_idx < MMA_WARP:
+            tmem.allocate(TMEM_COLUMNS)
+            tmem.wait_for_alloc()
+            acc_tmem_ptr = tmem.retrieve_ptr(ACC_DTYPE)
+            self.epilogue(acc_pipeline, acc_tmem_ptr, args, walk, warp_idx, block % 2)
+            tmem.relinquish_alloc_permit()
+            self.epilogue_barrier.arrive_and_wait()
+            tmem.free(acc_tmem_ptr)
+
+    # ---- TMA warp ----
+    @cute.jit
+    def load(
+        self, ab_pipeline, weight_atoms, token_atoms, weight_sf_atoms, token_sf_atoms, coords, smem, walk,
+        is_leader_cta, cta_coord_vmnk, cta_coord_sfb_vmnk,
+    ):
+        """Warp 5 of both CTAs: per k-tile of each tile, this CTA's half of the weights, of the tokens
+        and of the weight scales (2-CTA TMA, completing on the leader's full barrier), and half of
+        the token scales, multicast to both CTAs. Waits on: the stage's empty barrier (signalled by
+        the leader's MMA commit to both CTAs). Signals: the leader's full barrier (expect-tx)."""
+        tma_w, tma_tokens, tma_wsf, tma_tsf = coords
+        widest = self.variants[-1]
+        v_coord = cta_coord_vmnk[0]
+        thr_mma = widest.tiled_mma.get_slice(v_coord)
+        thr_mma_sfb = self.tiled_mma_sfb.get_slice(v_coord)
+        weights_k = cute.slice_(self.mma_tiler, (None, 0, None))
+        one_cta = cute.make_layout(1)
+        # ((atom_v, rest_v), tiles along N, k-tiles, L)
+        tAsA, tAgA = cpasync.tma_partition(
+            weight_atoms[0], 0, one_cta, cute.group_modes(smem.a, 0, 3),
+            cute.group_modes(thr_mma.partition_A(cute.local_tile(tma_w, weights_k, (None, None, None))), 0, 3),
+        )
+        tAsSFA, tAgSFA = cpasync.tma_partition(
+            weight_sf_atoms[0], 0, one_cta, cute.group_modes(smem.sfa, 0, 3),
+            cute.group_modes(thr_mma.partition_A(cute.local_tile(tma_wsf, weights_k, (None, None, None))), 0, 3),
+        )
+        tAsSFA, tAgSFA = cute.filter_zeros(tAsSFA), cute.filter_zeros(tAgSFA)
+        sfb_ctas = cute.make_layout(cute.slice_(self.cluster_layout_sfb_vmnk, (0, None, 0, 0)).shape)
+        tBsSFB, tBgSFB = cpasync.tma_partition(
+            token_sf_atoms[0], cta_coord_sfb_vmnk[1], sfb_ctas, cute.group_modes(smem.sfb, 0, 3),
+            cute.group_modes(
+                thr_mma_sfb.partition_B(
+                    cute.local_tile(tma_tsf, cute.slice_(self.mma_tiler_sfb, (0, None, None)), (None, None, None))
+                ), 0, 3,
+            ),
+        )
+        tBsSFB, tBgSFB = cute.filter_zeros(tBsSFB), cute.filter_zeros(tBgSFB)
+        token_parts = []
+        for v, variant in enumerate(self.variants):
+            tiler = cute.slice_((PAIR_WEIGHT_ROWS, variant.tokens, K_TILE), (0, None, None))
+            tBsB, tBgB = cpasync.tma_partition(
+                token_atoms[v][0], 0, one_cta, cute.group_modes(smem.b[v], 0, 3),
+                cute.group_modes(
+                    variant.tiled_mma.get_slice(v_coord).partition_B(cute.local_tile(tma_tokens[v], tiler, (None, None, None))),
+                    0, 3,
+                ),
+            )
+            token_parts.append((tBsB, tBgB))
+        sfb_mask = cpasync.create_tma_multicast_mask(self.cluster_layout_sfb_vmnk, cta_coord_sfb_vmnk, mcast_mode=1)
+        read_once, read_again = _l2_policy("first"), _l2_policy("last")
+
+        tiles, begin, end = walk
+        state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
+        for t in range(begin, end):
+            g, n0, t0, variant_index, k = tiles[t, 0], tiles[t, 1], tiles[t, 2], tiles[t, 3], tiles[t, 6]
+            desc_w = group_tma_desc(g, weight_atoms)
+            desc_wsf = group_tma_desc(g, weight_sf_atoms)
+            desc_tsf = group_tma_desc(g, token_sf_atoms)
+            w_slice = tAgA[(None, n0 // PAIR_WEIGHT_ROWS, None, 0)]
+            wsf_slice = tAgSFA[(None, n0 // PAIR_WEIGHT_ROWS, None, 0)]
+            tsf_slice = tBgSFB[(None, t0 // TOKEN_CHUNK, None, 0)]
+            weights = (
+                (weight_atoms[0], w_slice, tAsA, desc_w, None, read_once),
+                (weight_sf_atoms[0], wsf_slice, tAsSFA, desc_wsf, None, read_once),
+                (token_sf_atoms[0], tsf_slice, tBsSFB, desc_tsf, sfb_mask, read_again),
+            )
+            tokens = [
+                (atoms[0], tBgB[(None, t0 // variant.tokens, None, 0)], tBsB, group_tma_desc(g, atoms), None, read_again)
+                for atoms, (tBsB, tBgB), variant in zip(token_atoms, token_parts, self.variants)
+            ]
+            for v in cutlass.range_constexpr(len(self.variants)):
+                if variant_index == v:
+                    state = self._load_tile(
+                        ab_pipeline, state, weights + (tokens[v],), k // K_TILE, self.variants[v].tx_bytes, is_leader_cta
+                    )
+        ab_pipeline.producer_tail(state)
+
+    @cute.jit
+    def _load_tile(self, ab_pipeline, state, copies, k_tiles, tx_bytes, is_leader_cta):
+        """The k-loop of one tile: per stage, wait for it to be empty, have the leader expect the
+        pair's tx_bytes, and issue `copies`: (atom, gmem k-tiles, smem stages, descriptor, multicast
+        mask, L2 policy) each."""
+        for kt in range(k_tiles):
+            ab_pipeline.sync_object_empty.wait(state.index, state.phase)
+            if is_leader_cta:
+                ab_pipeline.sync_object_full.arrive_and_expect_tx(state.index, tx_bytes)
+            full = ab_pipeline.producer_get_barrier(state)
+            for atom, src, dst, desc, mask, policy in copies:
+                cute.copy(atom, src[(None, kt)], dst[(None, state.index)], tma_bar_ptr=full, tma_desc_ptr=desc,
+                          mcast_mask=mask, cache_policy=policy)
+            state.advance()
+        return state
+
+    # ---- MMA warp ----
+    @cute.jit
+    def mma(self, ab_pipeline, acc_pipeline, acc_tmem_ptr, smem, walk, is_leader_cta):
+        """Warp 4; the leader CTA's issues for the pair. Per k-tile: copy the stage's scales to TMEM
+        (tcgen05.cp), then 4 block-scaled tcgen05.mma (cta_group::2, K = 64) into the tile's
+        accumulator. Waits on: the stage's full barrier, the accumulator's empty barrier (both
+        CTAs' epilogues). Signals: the stage's empty barrier in both CTAs, the accumulator's full
+        barrier in both CTAs (tcgen05.commit)."""
+        acc_columns = ACC_STAGES * ACC_STAGE_COLUMNS
+        sfa_tmem_ptr = cute.recast_ptr(acc_tmem_ptr + acc_columns, dtype=SF_DTYPE)
+        sfa_tmem_cols = (CTA_WEIGHT_ROWS // 32) * self.k_blocks
+        sfb_tmem_ptr = cute.recast_ptr(acc_tmem_ptr + acc_columns + sfa_tmem_cols, dtype=SF_DTYPE)
+        sfa_stage = cute.slice_(self.sfa_smem_layout, (None, None, None, 0))
+        sfb_stage = cute.slice_(self.sfb_smem_layout, (None, None, None, 0))
+        parts = []
+        for v, variant in enumerate(self.variants):
+            tiler = (PAIR_WEIGHT_ROWS, variant.tokens, K_TILE)
+            tCtSFA = cute.make_tensor(
+                sfa_tmem_ptr, blockscaled_utils.make_tmem_layout_sfa(variant.tiled_mma, tiler, SF_VEC_SIZE, sfa_stage)
+            )
+            tCtSFB = cute.make_tensor(
+                sfb_tmem_ptr, blockscaled_utils.make_tmem_layout_sfb(variant.tiled_mma, tiler, SF_VEC_SIZE, sfb_stage)
+            )
+            # (MMA, MMA_M, MMA_N, ACC_STAGE): accumulators ACC_STAGE_COLUMNS apart for every variant
+            acc = variant.tiled_mma.make_fragment_C(variant.tiled_mma.partition_shape_C(tiler[:2]))
+            column = acc.stride[0][1]
+            tCtAcc = cute.make_tensor(
+                acc_tmem_ptr,
+                cute.make_layout(cute.append(acc.shape, ACC_STAGES), stride=cute.append(acc.stride, ACC_STAGE_COLUMNS * column)),
+            )
+            parts.append((
+                variant.tiled_mma,
+                variant.tiled_mma.make_fragment_A(smem.a),  # (MMA, MMA_M, MMA_K, STAGE)
+                variant.tiled_mma.make_fragment_B(smem.b[v]),  # (MMA, MMA_N, MMA_K, STAGE)
+                tCtAcc,
+                tCtSFA,
+                tCtSFB,
+                self._scale_copy_to_tmem(smem.sfa, tCtSFA),
+                self._scale_copy_to_tmem(smem.sfb, tCtSFB),
+            ))
+
+        tiles, begin, end = walk
+        ab_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
+        acc_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, ACC_STAGES)
+        for t in range(begin, end):
+            variant_index, k = tiles[t, 3], tiles[t, 6]
+            if is_leader_cta:
+                acc_pipeline.producer_acquire(acc_state)
+            for v in cutlass.range_constexpr(len(self.variants)):
+                if variant_index == v:
+                    ab_state = self._mma_tile(parts[v], ab_pipeline, ab_state, acc_state.index, k // K_TILE, is_leader_cta)
+            if is_leader_cta:
+                acc_pipeline.producer_commit(acc_state)
+            acc_state.advance()
+        acc_pipeline.producer_tail(acc_state)
+
+    @cute.jit
+    def _mma_tile(self, part, ab_pipeline, ab_state, acc_index, k_tiles, is_leader_cta):
+        tiled_mma, tCrA, tCrB, tCtAcc, tCtSFA, tCtSFB, sfa_copy, sfb_copy = part
+        copy_sfa, tCsSFA_s2t, tCtSFA_s2t = sfa_copy
+        copy_sfb, tCsSFB_s2t, tCtSFB_s2t = sfb_copy
+        acc = tCtAcc[(None, None, None, acc_index)]
+        tiled_mma.set(tcgen05.Field.ACCUMULATE, False)
+        for _ in range(k_tiles):
+            if is_leader_cta:
+                ab_pipeline.consumer_wait(ab_state)
+                stage = ab_state.index
+                cute.copy(copy_sfa, tCsSFA_s2t[(None, None, None, None, stage)], tCtSFA_s2t)
+                cute.copy(copy_sfb, tCsSFB_s2t[(None, None, None, None, stage)], tCtSFB_s2t)
+                for kb in cutlass.range(self.k_blocks, unroll_full=True):
+                    tiled_mma.set(tcgen05.Field.SFA, tCtSFA[(None, None, kb)].iterator)
+                    tiled_mma.set(tcgen05.Field.SFB, tCtSFB[(None, None, kb)].iterator)
+                    cute.gemm(tiled_mma, acc, tCrA[(None, None, kb, stage)], tCrB[(None, None, kb, stage)], acc)
+                    tiled_mma.set(tcgen05.Field.ACCUMULATE, True)
+                ab_pipeline.consumer_release(ab_state)
+            ab_state.advance()
+        return ab_state
+
+    @staticmethod
+    def _scale_copy_to_tmem(sSF, tSF):
+        """tcgen05.cp (4x32x128b, issued for the pair) of one stage's scales from smem to TMEM."""
+        tCsSF = cute.filter_zeros(sSF)
+        tCtSF = cute.filter_zeros(tSF)
+        copy = tcgen05.make_s2t_copy(cute.make_copy_atom(tcgen05.Cp4x32x128bOp(tcgen05.CtaGroup.TWO), SF_DTYPE), tCtSF)
+        thr = copy.get_slice(0)
+        return copy, tcgen05.get_s2t_smem_desc_tensor(copy, thr.partition_S(tCsSF)), thr.partition_D(tCtSF)
+
+    # ---- epilogue warps ----
+    @cute.jit
+    def epilogue(self, acc_pipeline, acc_tmem_ptr, args, walk, warp_idx, cta_in_pair):
+        """Warps 0-3 of both CTAs. Warp w holds TMEM lanes 32w..32w+31: weight rows
+        n0 + 128 * cta_in_pair + 32w + lane of the tile; per 32 tokens, one tcgen05.ld of 32 fp32
+        columns, rounded to fp16 and stored straight to C (4 bytes per lane, lanes paired by
+        row_pair_word), each store predicated on its token row being below M. Waits on: the
+        accumulator's full barrier. Signals: the accumulator's empty barrier of the leader."""
+        lane = cute.arch.lane_idx()
+        odd = lane % 2
+        lane_address = acc_tmem_ptr.toint() + ((32 * warp_idx) << 16)  # TMEM address: lane << 16 | column
+        tiles, begin, end = walk
+        acc_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, ACC_STAGES)
+        for t in range(begin, end):
+            g, n0, t0, m_end, n = tiles[t, 0], tiles[t, 1], tiles[t, 2], tiles[t, 4], tiles[t, 5]
+            weight_row = n0 + CTA_WEIGHT_ROWS * cta_in_pair + 32 * warp_idx + lane
+            c_address = select_by_group(g, args.c)
+            acc_pipeline.consumer_wait(acc_state)
+            # The pair's second CTA holds rows past N when N is an odd multiple of 128: no stores.
+            if n0 + CTA_WEIGHT_ROWS * cta_in_pair < n:
+                for chunk in range((m_end - t0 + EPILOGUE_COLUMNS - 1) // EPILOGUE_COLUMNS):
+                    first_row = t0 + EPILOGUE_COLUMNS * chunk
+                    values = _tmem_load_32_columns(
+                        lane_address + acc_state.index * ACC_STAGE_COLUMNS + EPILOGUE_COLUMNS * chunk
+                    )
+                    rows_left = m_end - first_row - odd
+                    address = c_address + (cutlass.Int64(first_row + odd) * n + weight_row - odd) * 2
+                    for p in cutlass.range_constexpr(EPILOGUE_COLUMNS // 2):
+                        word = row_pair_word(pack_f16x2(values[2 * p], values[2 * p + 1]), odd, 1)
+                        store_words_if(address + cutlass.Int64(2 * p) * n * 2, (word,), rows_left, 2 * p, 0)
+            cute.arch.fence_view_async_tmem_load()
+            with cute.arch.elect_one():
+                acc_pipeline.consumer_release(acc_state)
+            acc_state.advance()
+
+
+# --------------------------------------------------------------------------------------------------
+# B200: compile and launch
+# --------------------------------------------------------------------------------------------------
+
+
+def _sm100_launch_args(num_groups: int) -> LaunchArgs:
+    return LaunchArgs(num_groups, addresses=("tiles", "pair_tiles"), integers=("num_tiles", "num_pairs"))
+
+
+_sm100_kernels: dict = {}
+
+
+def compile_sm100(num_groups: int):
+    """The compiled sm_100a launch for `num_groups` groups (per-group descriptors are kernel
+    parameters, so the group count is part of the kernel; shapes and the schedule are not). Works
+    without a GPU when CUTE_DSL_ARCH=sm_100a is set, up to the cubin (only loading it fails)."""
+    if num_groups not in _sm100_kernels:
+        _sm100_kernels[num_groups] = cute.compile(Sm100GroupedGemm(num_groups), _sm100_launch_args(num_groups))
+    return _sm100_kernels[num_groups]
+
+
+def make_sm100_launch(sizes, device) -> CompiledLaunch:
+    """The launch of one shape signature: its schedule in device tables, the sizes in the launch
+    arguments; the inputs' addresses arrive per call (ShapePlan.run)."""
+    num_pairs = torch.cuda.get_device_properties(device).multi_processor_count // 2
+    records, offsets = build_tile_schedule(sizes, num_pairs, SM100_SCHEDULE)
+    tiles = torch.tensor(records, dtype=torch.int32, device=device)
+    pair_tiles = torch.tensor(offsets, dtype=torch.int32, device=device)
+    args = _sm100_launch_args(len(sizes))
+    for i, field in enumerate(SIZE_FIELDS):
+        args.set(field, [s[i] for s in sizes])
+    args.set("tiles", tiles.data_ptr())
+    args.set("pair_tiles", pair_tiles.data_ptr())
+    args.set("num_tiles", len(records))
+    args.set("num_pairs", len(offsets))
+    return CompiledLaunch(compile_sm100(len(sizes)), args, buffers=(tiles, pair_tiles))
 
 
 # --------------------------------------------------------------------------------------------------
