@@ -73,7 +73,6 @@ from types import SimpleNamespace
 
 import torch
 
-import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
@@ -86,14 +85,19 @@ from cutlass.cutlass_dsl import T, dsl_user_op
 # Shared with the B200 path (submission.py imports this module only on Hopper, after it is loaded):
 # the tile schedule, the launch arguments and the per-group descriptor selection.
 from submission import (
-    CompiledLaunch,
-    LaunchArgs,
-    LaunchArgsView,
-    ScheduleShape,
+    asm,
     build_tile_schedule,
+    CompiledLaunch,
     gmem_matrix,
     group_tma_desc,
+    ir_i32,
+    LaunchArgs,
+    LaunchArgsView,
+    pack_f16x2,
+    row_pair_word,
+    ScheduleShape,
     select_by_group,
+    store_words_if,
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -140,22 +144,6 @@ EPILOGUE_SCALE = 16384.0  # 2^14 undoes the 2^-7 carried by each fp16 operand
 # Inline PTX helpers.  Memory ops are marked side-effecting so LLVM keeps them ordered with the
 # mbarrier waits and named barriers around them.
 # ---------------------------------------------------------------------------------------------
-def _i32(x, loc=None, ip=None):
-    return cutlass.Int32(x).ir_value(loc=loc, ip=ip)
-
-
-def _asm(ret, args, text, constraints, side_effects):
-    return llvm.inline_asm(
-        ret,
-        args,
-        text,
-        constraints,
-        has_side_effects=side_effects,
-        is_align_stack=False,
-        asm_dialect=llvm.AsmDialect.AD_ATT,
-    )
-
-
 def _unpack(struct_val, n):
     return [cutlass.Int32(llvm.extractvalue(T.i32(), struct_val, [i])) for i in range(n)]
 
@@ -163,13 +151,13 @@ def _unpack(struct_val, n):
 @dsl_user_op
 def pin(value, *, loc=None, ip=None):
     """`value`, computed here once: a side-effecting move the compiler cannot sink into loops."""
-    return cutlass.Int32(_asm(T.i32(), [_i32(value, loc, ip)], "mov.b32 $0, $1;", "=r,r", True))
+    return cutlass.Int32(asm(T.i32(), [ir_i32(value, loc, ip)], "mov.b32 $0, $1;", "=r,r", True))
 
 
 @dsl_user_op
 def lds_u8(addr, *, loc=None, ip=None):
     return cutlass.Int32(
-        _asm(T.i32(), [_i32(addr, loc, ip)], "ld.shared.u8 $0, [$1];", "=r,r", True)
+        asm(T.i32(), [ir_i32(addr, loc, ip)], "ld.shared.u8 $0, [$1];", "=r,r", True)
     )
 
 
@@ -177,9 +165,9 @@ def lds_u8(addr, *, loc=None, ip=None):
 def lds_vec(addr, count: int, *, loc=None, ip=None):
     """ld.shared of `count` (2 or 4) consecutive 32-bit words."""
     outs = ", ".join(f"${i}" for i in range(count))
-    res = _asm(
+    res = asm(
         llvm.StructType.get_literal([T.i32()] * count),
-        [_i32(addr, loc, ip)],
+        [ir_i32(addr, loc, ip)],
         f"ld.shared.v{count}.b32 {{{outs}}}, [${count}];",
         ",".join(["=r"] * count + ["r"]),
         True,
@@ -189,9 +177,9 @@ def lds_vec(addr, count: int, *, loc=None, ip=None):
 
 @dsl_user_op
 def sts_v4(addr, v0, v1, v2, v3, *, loc=None, ip=None):
-    _asm(
+    asm(
         None,
-        [_i32(a, loc, ip) for a in (addr, v0, v1, v2, v3)],
+        [ir_i32(a, loc, ip) for a in (addr, v0, v1, v2, v3)],
         "st.shared.v4.b32 [$0], {$1, $2, $3, $4};",
         "r,r,r,r,r",
         True,
@@ -199,31 +187,15 @@ def sts_v4(addr, v0, v1, v2, v3, *, loc=None, ip=None):
 
 
 @dsl_user_op
-def stg_pair_if(addr, lo, hi, rows_left, row: int, *, loc=None, ip=None):
-    """Store `lo` at addr and `hi` at addr + 16 if rows_left > row (one predicate for both)."""
-    _asm(
-        None,
-        [cutlass.Int64(addr).ir_value(loc=loc, ip=ip), _i32(lo, loc, ip), _i32(hi, loc, ip),
-         _i32(rows_left, loc, ip)],
-        "{\n .reg .pred p;\n"
-        f" setp.gt.s32 p, $3, {row};\n"
-        " @p st.global.b32 [$0], $1;\n"
-        " @p st.global.b32 [$0+16], $2;\n}",
-        "l,r,r,r",
-        True,
-    )
-
-
-@dsl_user_op
 def bulk_copy_g2s(smem_addr, gmem_addr, nbytes, mbar_addr, *, loc=None, ip=None):
     """1-D TMA bulk copy (no tensor map) completing on an mbarrier's transaction count."""
-    _asm(
+    asm(
         None,
         [
-            _i32(smem_addr, loc, ip),
+            ir_i32(smem_addr, loc, ip),
             cutlass.Int64(gmem_addr).ir_value(loc=loc, ip=ip),
-            _i32(nbytes, loc, ip),
-            _i32(mbar_addr, loc, ip),
+            ir_i32(nbytes, loc, ip),
+            ir_i32(mbar_addr, loc, ip),
         ],
         "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [$0], [$1], $2, [$3];",
         "r,l,r,r",
@@ -232,39 +204,13 @@ def bulk_copy_g2s(smem_addr, gmem_addr, nbytes, mbar_addr, *, loc=None, ip=None)
 
 
 @dsl_user_op
-def shfl_xor4(value, *, loc=None, ip=None):
-    return cutlass.Int32(
-        _asm(
-            T.i32(),
-            [_i32(value, loc, ip)],
-            "shfl.sync.bfly.b32 $0, $1, 4, 0x1f, 0xffffffff;",
-            "=r,r",
-            True,
-        )
-    )
-
-
-@dsl_user_op
-def prmt(a, b, selector, *, loc=None, ip=None):
-    return cutlass.Int32(
-        _asm(
-            T.i32(),
-            [_i32(a, loc, ip), _i32(b, loc, ip), _i32(selector, loc, ip)],
-            "prmt.b32 $0, $1, $2, $3;",
-            "=r,r,r,r",
-            False,
-        )
-    )
-
-
-@dsl_user_op
 def scale_pair(word, byte_index: int, *, loc=None, ip=None):
     """f16x2 (s, s) with s = e4m3 byte `byte_index` of `word` times 2^7 (exact)."""
     sel = byte_index * 0x1111
     return cutlass.Int32(
-        _asm(
+        asm(
             T.i32(),
-            [_i32(word, loc, ip)],
+            [ir_i32(word, loc, ip)],
             "{\n .reg .b32 t, k;\n .reg .b16 lo, hi;\n"
             f" prmt.b32 t, $1, 0, {sel};\n"
             " mov.b32 {lo, hi}, t;\n"
@@ -313,9 +259,9 @@ def dequant_fp4(word, scale2, *, loc=None, ip=None):
     for o in range(4):
         text += f" mul.rn.f16x2 ${o}, ${o}, $5;\n"
     text += "}"
-    res = _asm(
+    res = asm(
         llvm.StructType.get_literal([T.i32()] * 4),
-        [_i32(word, loc, ip), _i32(scale2, loc, ip)],
+        [ir_i32(word, loc, ip), ir_i32(scale2, loc, ip)],
         text,
         "=r,=r,=r,=r,r,r",
         False,
@@ -324,21 +270,8 @@ def dequant_fp4(word, scale2, *, loc=None, ip=None):
 
 
 @dsl_user_op
-def pack_f16x2(lo, hi, *, loc=None, ip=None):
-    return cutlass.Int32(
-        _asm(
-            T.i32(),
-            [cutlass.Float32(hi).ir_value(loc=loc, ip=ip), cutlass.Float32(lo).ir_value(loc=loc, ip=ip)],
-            "cvt.rn.f16x2.f32 $0, $1, $2;",
-            "=r,f,f",
-            False,
-        )
-    )
-
-
-@dsl_user_op
 def ldg_v4(addr, *, loc=None, ip=None):
-    res = _asm(
+    res = asm(
         llvm.StructType.get_literal([T.i32()] * 4),
         [cutlass.Int64(addr).ir_value(loc=loc, ip=ip)],
         "ld.global.nc.v4.b32 {$0, $1, $2, $3}, [$4];",
@@ -351,7 +284,7 @@ def ldg_v4(addr, *, loc=None, ip=None):
 @dsl_user_op
 def ldg_b32(addr, *, loc=None, ip=None):
     return cutlass.Int32(
-        _asm(
+        asm(
             T.i32(),
             [cutlass.Int64(addr).ir_value(loc=loc, ip=ip)],
             "ld.global.nc.b32 $0, [$1];",
@@ -363,9 +296,9 @@ def ldg_b32(addr, *, loc=None, ip=None):
 
 @dsl_user_op
 def stg_v4(addr, v0, v1, v2, v3, *, loc=None, ip=None):
-    _asm(
+    asm(
         None,
-        [cutlass.Int64(addr).ir_value(loc=loc, ip=ip)] + [_i32(v, loc, ip) for v in (v0, v1, v2, v3)],
+        [cutlass.Int64(addr).ir_value(loc=loc, ip=ip)] + [ir_i32(v, loc, ip) for v in (v0, v1, v2, v3)],
         "st.global.v4.b32 [$0], {$1, $2, $3, $4};",
         "l,r,r,r,r",
         True,
@@ -546,7 +479,6 @@ def _consume_tile(n_tok, c, tile, pw, pt, st):
     # Epilogue: acc element (v0, v1, v2) is weight row 16*warp + g + 8*v1, token 2q + v0 + 8*v2.
     # Lanes g and g^1 swap halves so each stores two adjacent n of one token row (4 bytes).
     odd_g = c.g & 1
-    selector = odd_g * (0x3276 - 0x5410) + 0x5410
     m_first = 2 * c.q + odd_g  # this lane's token row for v2 = 0; v2 adds 8 rows
     rows_left = tile.m_end - tile.t0 - m_first
     n_col = tile.n0 + c.wg * 64 + c.warp * 16 + c.g - odd_g
@@ -557,8 +489,8 @@ def _consume_tile(n_tok, c, tile, pw, pt, st):
         for v1 in cutlass.range_constexpr(2):
             e = 2 * v1 + 4 * v2
             mine = pack_f16x2(acc[e] * EPILOGUE_SCALE, acc[e + 1] * EPILOGUE_SCALE)
-            words.append(prmt(mine, shfl_xor4(mine), selector))
-        stg_pair_if(addr, words[0], words[1], rows_left, 8 * v2)  # v1 = 1 is 8 n (16 B) on
+            words.append(row_pair_word(mine, odd_g, 4))  # lane ^ 4 holds weight row g ^ 1
+        store_words_if(addr, words, rows_left, 8 * v2, 16)  # v1 = 1 is 8 n (16 B) on
         addr = addr + step
     return w_read, t_read, t_release
 

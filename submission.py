@@ -226,7 +226,6 @@ def build_tile_schedule(sizes, num_workers: int, shape: ScheduleShape):
 # Launch arguments and descriptor selection, shared by both kernels
 # --------------------------------------------------------------------------------------------------
 
-import cuda.bindings.driver as cuda  # noqa: E402
 import cutlass  # noqa: E402
 import cutlass.cute as cute  # noqa: E402
 from cutlass._mlir.dialects import cuda as _cuda_dialect  # noqa: E402
@@ -494,7 +493,7 @@ from cutlass._mlir.dialects import llvm  # noqa: E402
 from cutlass.cutlass_dsl import T, dsl_user_op  # noqa: E402
 
 
-def _i32(x, loc=None, ip=None):
+def ir_i32(x, loc=None, ip=None):
     return cutlass.Int32(x).ir_value(loc=loc, ip=ip)
 
 
@@ -527,11 +526,11 @@ def row_pair_word(mine, odd, lane_xor: int, *, loc=None, ip=None):
     column n, where lane ^ lane_xor holds column n ^ 1 (odd = n is odd): for even n, C[j, n..n+1];
     for odd n, C[j + 1, n-1..n]. One shuffle and one byte permute."""
     other = asm(
-        T.i32(), [_i32(mine, loc, ip)], f"shfl.sync.bfly.b32 $0, $1, {lane_xor}, 0x1f, 0xffffffff;", "=r,r", True
+        T.i32(), [ir_i32(mine, loc, ip)], f"shfl.sync.bfly.b32 $0, $1, {lane_xor}, 0x1f, 0xffffffff;", "=r,r", True
     )
     selector = cutlass.Int32(odd) * (0x3276 - 0x5410) + 0x5410
     return cutlass.Int32(
-        asm(T.i32(), [_i32(mine, loc, ip), other, _i32(selector, loc, ip)], "prmt.b32 $0, $1, $2, $3;", "=r,r,r,r", False)
+        asm(T.i32(), [ir_i32(mine, loc, ip), other, ir_i32(selector, loc, ip)], "prmt.b32 $0, $1, $2, $3;", "=r,r,r,r", False)
     )
 
 
@@ -541,7 +540,7 @@ def store_words_if(addr, words, rows_left, row: int, spacing: int, *, loc=None, 
     stores = "".join(f" @p st.global.b32 [$0+{i * spacing}], ${i + 2};\n" for i in range(len(words)))
     asm(
         None,
-        [cutlass.Int64(addr).ir_value(loc=loc, ip=ip), _i32(rows_left, loc, ip)] + [_i32(w, loc, ip) for w in words],
+        [cutlass.Int64(addr).ir_value(loc=loc, ip=ip), ir_i32(rows_left, loc, ip)] + [ir_i32(w, loc, ip) for w in words],
         "{\n .reg .pred p;\n" f" setp.gt.s32 p, $1, {row};\n" + stores + "}",
         ",".join(["l", "r"] + ["r"] * len(words)),
         True,
@@ -648,7 +647,7 @@ def _tmem_load_32_columns(address, *, loc=None, ip=None):
     outs = ",".join(f"${i}" for i in range(EPILOGUE_COLUMNS))
     res = asm(
         llvm.StructType.get_literal([T.i32()] * EPILOGUE_COLUMNS),
-        [_i32(address, loc, ip)],
+        [ir_i32(address, loc, ip)],
         f"tcgen05.ld.sync.aligned.32x32b.x32.b32 {{{outs}}}, [${EPILOGUE_COLUMNS}];\n"
         "tcgen05.wait::ld.sync.aligned;",
         ",".join(["=r"] * EPILOGUE_COLUMNS + ["r"]),
