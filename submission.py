@@ -1,4 +1,104 @@
-"""placeholder docstring"""
+"""NVFP4 block-scaled grouped GEMM for GPU MODE's `nvfp4_group_gemm` (B200, CuTe DSL).
+
+For every group g: C_g[m, n] = sum_k A_g[m, k] * SFA_g[m, k // 16] * B_g[n, k] * SFB_g[n, k // 16],
+A (tokens) and B (weights) FP4 e2m1, scales e4m3 in the cuBLAS 128x4 blocked layout, C fp16.
+One launch covers all groups. sm90_kernel.py is the Hopper path (imported only on 9.0).
+
+Design note (sm_100a path)
+--------------------------
+Roles of the operands. The weights B_g (N x K, N = 3072..7168) are the MMA's A operand, 256 rows
+per 2-CTA pair (tcgen05.mma.cta_group::2, M = 256, 128 rows in each CTA); the tokens A_g (M = 1..
+a few hundred) are its N side, with the token width chosen per tile among TOKEN_VARIANTS (64, 128):
+a 40-token group computes 64 columns, a 176-token group 128 + 64. TMEM holds C^T of the tile
+(lane = weight row, column = token).
+
+Host path (shared with Hopper). custom_kernel looks the plan up by shape signature (problem sizes
++ device). A plan is built on the first call of a signature: full validation, the tile schedule
+(device tables), the compiled launch for the group count, its LaunchArgs. Every call then checks
+the inputs' dtypes/shapes/strides/devices in one list comparison, writes the 5G input addresses
+into the LaunchArgs ctypes block and calls the compiled host function directly, which encodes
+every group's TMA descriptors (cuTensorMapEncodeTiled) and launches: no allocation, no copy, no
+synchronization, no compile, and no cache holds a user tensor.
+
+Descriptors. One TMA atom per group and operand (weights, tokens per variant, weight scales,
+token scales) is built in the host JIT, so each descriptor is a __grid_constant__ kernel
+parameter. A warp picks its group's descriptor by address: cvta.param of each group's descriptor,
+selected by a chain of selp on the group index (group_tma_desc); G = 32 needs 160 descriptors,
+~21 KB of the 32 KB parameter space (MAX_GROUPS). Nothing in the kernel writes a descriptor (no
+tensormap.replace, no fences). The TMA coordinates come from group 0's coordinate tensors for
+every group: they are tile indices, and the selected descriptor carries the group's bounds.
+
+Schedule (shared with Hopper: build_tile_schedule). On the host, per shape signature: each group
+is cut into weight blocks of 256 rows and token tiles of up to 128 tokens (starting at multiples
+of 128, one block of the scale layout). A weight block's token tiles form one job, run back to back
+by one pair, so its weights come from DRAM once and its later token tiles find them in L2.
+Jobs are spread over the 74 pairs longest-processing-time first by the modeled job time (the
+longer of weight streaming and MMA time, B200Model), then improved by moves and swaps. Each pair
+walks its records (group, n0, t0, variant, m_end, n, k) in order; tests/test_schedule.py walks the
+table in Python as the kernel does and checks every output element is written exactly once.
+
+Warp roles (192 threads per CTA, 1 CTA per SM, clusters of 2):
+  warp 5     TMA, both CTAs: per k-tile (K 256) its half of the weights, the tokens and the weight
+             scales (2-CTA TMA: completes on the leader's full barrier, which the leader armed
+             with the pair's bytes for the tile's variant) and half of the token scales,
+             multicast to both CTAs. Waits: stage empty. Signals: leader's stage full.
+  warp 4     MMA, leader CTA only: tcgen05.cp of the stage's scales to TMEM, 4 tcgen05.mma
+             (kind::mxf4nvf4, scale_vec::4, K 64) into the tile's accumulator. Waits: stage full,
+             accumulator empty (8 arrivals: 4 epilogue warps x 2 CTAs). Signals (tcgen05.commit,
+             multicast to the pair): stage empty, accumulator full.
+  warps 0-3  epilogue, both CTAs: warp w reads TMEM lanes 32w..32w+31 (its weight rows), 32
+             token columns per tcgen05.ld, rounds to fp16 and stores to C. Waits: accumulator
+             full. Signals: the leader's accumulator empty. Warp 0 allocates TMEM (512 columns:
+             2 x 128 accumulators, 16 SFA and 16 SFB columns) and frees it at the end.
+Named barriers: Barrier enum (epilogue, TMEM allocation).
+
+Memory path. 8 smem stages of 28 KB per CTA (weights 16 KB, tokens 8 KB, weight scales 2 KB,
+token scales 2 KB): as many as 227 KB holds, no C staging. L2 policies: weights and their scales
+evict-first (read once), tokens and their scales evict-last (re-read by every weight block).
+Token rows past M are zero-filled by the TMA, not read from memory.
+
+Epilogue: direct stores, no TMA store. C is [M, N] with N contiguous and the accumulator holds
+C^T, so a lane owns one weight column n and 32 consecutive token rows. Neighbouring lanes (n, n^1)
+swap halves with one shuffle (row_pair_word, shared with the Hopper epilogue, which the H200 runs),
+so each lane stores 4 bytes and each warp store writes two 64-byte runs; every store is
+predicated on its token row being below M (store_words_if, shared with Hopper), and the pair's
+second CTA stores nothing when its rows are past N. No smem staging keeps an eighth operand stage;
+gau-nernst's fastest entry stores straight from registers too.
+
+Per-problem configuration (B200Model; tools/b200_model.py prints the calibrated model): the token
+variant is per tile (the smallest of 64/128 that covers its tokens); the stage count is fixed by
+the shared-memory budget; jobs are balanced by the modeled time.
+
+Techniques of the published ladders (ANCHORS.md), adopted or not:
+  gau-nernst: persistent grid (adopted: 74 pairs); BLOCK_N 256 with overlapped TMEM (adopted as
+  2 accumulators of up to 128 columns); groups sorted by M / raster along M (replaced by the
+  model-balanced table with weight blocks kept together); 2-SM MMA with weights as M = 256
+  (adopted); unrolled first stages (not adopted: the pipeline peeks instead; ANCHORS lists it as
+  a pitfall with fewer k-tiles than stages); multicast of the token scales (adopted); streaming
+  stores (adopted: st.global from registers, no TMA store); switch-based tile lookup (replaced by
+  the table walk); skip out-of-bounds loads (TMA zero-fill, no memory traffic; whole boxes past M
+  are still issued); BLOCK_M 256 / two MMA_N 128 (not adopted: token tiles stop at 128 so the
+  accumulators double-buffer); CLC dynamic scheduling (not available in 4.3.5, and measured
+  slower by both); BLOCK_K 512 (not adopted: measured no faster).
+  Nareg: buffers kept across calls (adopted: per shape signature); descriptors not patched per
+  tile, host-built (adopted, as kernel parameters); TMA loads pipelined across tiles (adopted:
+  the ring runs across tiles); ping-pong TMEM (adopted); A multicast (here: token-scale multicast;
+  weights are split, not shared, across the pair); TMA store for C (not adopted, see Epilogue);
+  a tile-scheduler warp with a binary search (replaced by the precomputed table).
+
+Departures from NVIDIA's dense_blockscaled_gemm_persistent.py (cutlass v4.3.5), and why:
+  - grouped, with the host-built per-group descriptors above instead of the grouped example's
+    in-kernel tensormap updates (measured by others at 1.2-1.6x slower);
+  - the token width varies per tile (two tiled MMAs, B stages at the widest variant's stride, the
+    leader arms the full barrier with the variant's bytes instead of a fixed tx_count);
+  - the epilogue stores from registers (see Epilogue);
+  - the static schedule is a host table rather than a linear tile index.
+
+Never executed (no B200 in reach): tcgen05.mma / cp / ld, TMEM allocation, the 2-CTA pairing and
+cluster launch, the SFB multicast, this kernel's pipelines. Executed on the H200 through the Hopper
+path: the host path and LaunchArgs, descriptor construction as kernel parameters and their
+selection by group, the schedule and its table, the epilogue's row pairing and clipped stores.
+"""
 from __future__ import annotations
 
 import bisect
