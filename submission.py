@@ -795,9 +795,6 @@ class Sm100GroupedGemm:
         self.cluster_layout_vmnk = cute.tiled_divide(cluster, (widest.thr_id.shape,))
         self.cluster_layout_sfb_vmnk = cute.tiled_divide(cluster, (self.tiled_mma_sfb.thr_id.shape,))
 
-        def stage_bytes(layout_of, dtype, tiled, tiler):
-            return cute.size_in_bytes(dtype, layout_of(tiled, tiler, 1))
-
         a_bytes = cute.size_in_bytes(AB_DTYPE, sm100_utils.make_smem_layout_a(widest, self.mma_tiler, AB_DTYPE, 1))
         b_bytes = cute.size_in_bytes(AB_DTYPE, sm100_utils.make_smem_layout_b(widest, self.mma_tiler, AB_DTYPE, 1))
         sfa_bytes = cute.size_in_bytes(
@@ -1221,12 +1218,14 @@ def _sm100_launch_args(num_groups: int) -> LaunchArgs:
 _sm100_kernels: dict = {}
 
 
-def compile_sm100(num_groups: int):
+def compile_sm100(num_groups: int, gemm: Sm100GroupedGemm | None = None):
     """The compiled sm_100a launch for `num_groups` groups (per-group descriptors are kernel
     parameters, so the group count is part of the kernel; shapes and the schedule are not). Works
-    without a GPU when CUTE_DSL_ARCH=sm_100a is set, up to the cubin (only loading it fails)."""
+    without a GPU when CUTE_DSL_ARCH=sm_100a is set, up to the cubin (only loading it fails).
+    `gemm`: the instance to trace, for a caller that reads its traced attributes (shared memory)."""
     if num_groups not in _sm100_kernels:
-        _sm100_kernels[num_groups] = cute.compile(Sm100GroupedGemm(num_groups), _sm100_launch_args(num_groups))
+        gemm = Sm100GroupedGemm(num_groups) if gemm is None else gemm
+        _sm100_kernels[num_groups] = cute.compile(gemm, _sm100_launch_args(num_groups))
     return _sm100_kernels[num_groups]
 
 
