@@ -103,7 +103,8 @@ def test_cut_tokens_covers_every_token_once():
             assert covered == list(range(m)), (m, tiles)
 
 
-@pytest.mark.parametrize("sizes", TASK_SHAPES + EXTRA_SHAPES, ids=lambda s: f"G{len(s)}-M{s[0][0]}-N{s[0][1]}-K{s[0][2]}")
+@pytest.mark.parametrize("sizes", TASK_SHAPES + EXTRA_SHAPES,
+                         ids=lambda s: f"G{len(s)}-M{s[0][0]}-N{s[0][1]}-K{s[0][2]}")
 def test_choose_config_is_valid(sizes):
     config = model.choose_config(sizes)
     assert config.token_tiles and set(config.token_tiles) <= set(model.V2_TOKEN_TILES)

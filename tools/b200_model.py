@@ -105,8 +105,9 @@ K_TILE = 256  # FP4 values of K per smem stage: four MMAs of K = 64
 SCALE_BYTES_PER_128_ROWS = 128 * K_TILE // 16  # one e4m3 scale per 16 values, 128-row blocks
 # Assumed, not published for B200: one CTA stores C at 64 B/clock (half an L2 line per clock).
 STORE_BYTES_PER_US = 64 * MMA_CLOCK_MHZ
-# Hopper figures standing in for B200 (arXiv 2402.13499, H800: SM-to-SM latency about 180 cycles,
-# about 3.3 TB/s across 132 SMs with clusters of 2); the split-K verdict does not depend on them.
+# Hopper figures standing in for B200, as we recall them from arXiv 2402.13499 (H800: SM-to-SM
+# latency about 180 cycles, about 3.3 TB/s over the whole GPU with clusters of 2); not re-checked
+# here, and the split-K verdict on the benchmarks does not depend on them (split_k_report).
 DSMEM_BYTES_PER_US = 3.3e6 / 132
 DSMEM_LATENCY_US = 180 / MMA_CLOCK_MHZ
 
@@ -121,7 +122,9 @@ V2_TOKEN_TILES = (32, 64, 96, 128)  # the MMA N sizes the v2 kernel compiles
 # Differences under 1% are below what the model resolves; they should not buy a kernel variant.
 CHOICE_MARGIN = 0.01
 
-Tile = namedtuple("Tile", "group block t0 tokens mainloop_us mma_us epilogue_us")
+# One tile on its worker: group, weight block (group, first row), first token, tokens, and its
+# mainloop (k-tiles x time per k-tile), MMA-only and epilogue microseconds.
+TileCost = namedtuple("TileCost", "group block t0 tokens mainloop_us mma_us epilogue_us")
 # total_us = fixed_us + max(busiest_us + its last epilogue, dram_us + the largest epilogue); tail_us
 # is the epilogue of whichever bound. busiest_us: mainloops (with overlapped epilogues and
 # descriptor patches) of the worker that finishes last; mma_us: its MMA time alone.
@@ -175,7 +178,7 @@ def build_tiles(sizes, token_tiles, cta_group=2, split_k=1, stages=None,
                 epilogue_us = epilogue_extra_us + 128 * tokens * 2 / split_k / STORE_BYTES_PER_US
                 if split_k > 1:
                     epilogue_us += 128 * size // 2 * 4 / DSMEM_BYTES_PER_US + 2 * DSMEM_LATENCY_US
-                tiles.append(Tile(g, (g, r0), t0, tokens, k_tiles * k_tile_us, k_tiles * mma_us, epilogue_us))
+                tiles.append(TileCost(g, (g, r0), t0, tokens, k_tiles * k_tile_us, k_tiles * mma_us, epilogue_us))
     return tiles, block_bytes, other_bytes, stages
 
 
@@ -472,8 +475,8 @@ def prediction_table(benches, markdown=False) -> str:
         v1 = predict(V1, b.sizes).total_us
         v2 = predict(v2_design(config), b.sizes)
         rows.append((i, len(b.sizes), f"{b.sol_us:.3f}", f"{V6B_MEASURED_US[i]:.2f}", f"{v1:.2f}",
-                     f"{v2.total_us:.2f}", f"{v2.total_us / b.sol_us:.2f}", "/".join(map(str, config.token_tiles)), config.stages,
-                     config.split_k, f"{v2.busy_workers}/{SM_PAIRS}", v2.rereads))
+                     f"{v2.total_us:.2f}", f"{v2.total_us / b.sol_us:.2f}", "/".join(map(str, config.token_tiles)),
+                     config.stages, config.split_k, f"{v2.busy_workers}/{SM_PAIRS}", v2.rereads))
         v1s.append(v1)
         v2s.append(v2.total_us)
         sols.append(b.sol_us)
