@@ -81,6 +81,10 @@ What the model says
     1%; it picks other sets, or split-K, on shapes that leave pairs idle (G = 1 with few tokens).
   - Split-K inside the pair pays only where most pairs would idle (one small group); on
     benchmarks 3 and 4 it loses (see split_k_report).
+  - v2's START_US is v6b's. Launch, prologue and first-load latency are one fitted number because
+    no published figure separates them; gau-nernst's v5 -> v5e step (unrolled first stages, last
+    epilogue wave, SFA multicast, streaming stores) moved benchmarks 3 and 4 by 1.6-1.9 us, so a
+    v2 without that start-up care should expect about that much more there.
 
 The section between the BEGIN/END PASTE markers below is self-contained (standard library only):
 the constants, the tile and schedule model, and `choose_config`, for pasting into submission.py.
