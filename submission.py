@@ -685,34 +685,32 @@ class Barrier(enum.IntEnum):
     TMEM_ALLOC = 2  # the epilogue warps (allocator) and the MMA warp read the TMEM address
 
 
+# Shared memory per stage and CTA: 128 weight rows and 64 token rows of 128 B, two 2 KB scale blocks.
+SM100_STAGE_BYTES = (CTA_WEIGHT_ROWS + TOKEN_VARIANTS[-1] // 2) * K_TILE // 2 + 2 * CTA_WEIGHT_ROWS * K_TILE // SF_VEC_SIZE
+SM100_STAGES = (232448 - SMEM_RESERVED_BYTES) // SM100_STAGE_BYTES  # 227 KiB per block: 8 stages
+
+
 @dataclass(frozen=True)
 class B200Model:
-    """The per-tile costs the B200 schedule balances; tools/b200_model.py holds the whole model."""
+    """What the B200 schedule balances: a tile's mainloop time, with the constants of the calibrated
+    model in tools/b200_model.py (public B200 figures plus a fitted stage round trip; its tests
+    check that these agree)."""
 
-    dram_bytes_per_us_per_pair: float
-    mma_flop_per_us_per_pair: float
-    epilogue_us: float
+    fp4_fma_per_us_per_sm: float = 16384 * 1860  # 9 PFLOPS dense FP4 on 148 SMs at 1.86 GHz
+    stage_round_trip_us: float = 1.9  # TMA issue to MMA commit of one stage, fitted to v6b / Nareg
 
-    def mma_us_per_k_tile(self, tokens: int) -> float:
-        return 2 * PAIR_WEIGHT_ROWS * tokens * K_TILE / self.mma_flop_per_us_per_pair
-
-    def dram_us_per_k_tile(self) -> float:
-        weights = PAIR_WEIGHT_ROWS * K_TILE // 2 + PAIR_WEIGHT_ROWS * K_TILE // SF_VEC_SIZE
-        return weights / self.dram_bytes_per_us_per_pair
+    def k_tile_us(self, tokens: int) -> float:
+        """One CTA's k-tile: its MMAs, or the pipeline's refill rate, whichever is slower."""
+        mma_us = CTA_WEIGHT_ROWS * tokens * K_TILE / self.fp4_fma_per_us_per_sm
+        return max(mma_us, self.stage_round_trip_us / SM100_STAGES)
 
 
-B200_MODEL = B200Model(dram_bytes_per_us_per_pair=8e6 * 0.85 / 74, mma_flop_per_us_per_pair=9e9 / 74, epilogue_us=0.5)
+B200_MODEL = B200Model()
 
 
 def _sm100_tile_cost(tokens: int, k: int) -> float:
-    """Modeled microseconds of one tile's MMAs (see the design note, "Per-problem configuration")."""
-    return (k // K_TILE) * B200_MODEL.mma_us_per_k_tile(tokens)
-
-
-def _sm100_job_cost(tile_costs: float, k: int) -> float:
-    """A weight block's token tiles run back to back on one pair: its weights stream from DRAM once
-    while the tiles' MMAs run, so the job takes the longer of the two, plus one epilogue."""
-    return max(tile_costs, (k // K_TILE) * B200_MODEL.dram_us_per_k_tile()) + B200_MODEL.epilogue_us
+    """Modeled microseconds of one tile's mainloop on its pair."""
+    return (k // K_TILE) * B200_MODEL.k_tile_us(tokens)
 
 
 SM100_SCHEDULE = ScheduleShape(
@@ -720,7 +718,9 @@ SM100_SCHEDULE = ScheduleShape(
     token_chunks=(TOKEN_CHUNK,),
     token_variants=TOKEN_VARIANTS,
     tile_cost=_sm100_tile_cost,
-    job_cost=_sm100_job_cost,
+    # A job (a weight block's token tiles, back to back) streams its weights once: the model's
+    # weight traffic is global (DRAM-bound problems), a job's time is its tiles' mainloops.
+    job_cost=lambda tile_costs, k: tile_costs,
     balance_floor=1.0,
     group_by_variant=False,
     weight_block_jobs=True,
@@ -807,6 +807,7 @@ class Sm100GroupedGemm:
         # barriers goes to the operand ring.
         capacity = utils.get_smem_capacity_in_bytes("sm_100")
         self.num_stages = (capacity - SMEM_RESERVED_BYTES) // (a_bytes + b_bytes + sfa_bytes + sfb_bytes)
+        assert self.num_stages == SM100_STAGES, "the host's stage count (schedule costs) must match"
 
         self.a_smem_layout = sm100_utils.make_smem_layout_a(widest, self.mma_tiler, AB_DTYPE, self.num_stages)
         self.sfa_smem_layout = blockscaled_utils.make_smem_layout_sfa(widest, self.mma_tiler, SF_VEC_SIZE, self.num_stages)

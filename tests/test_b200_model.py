@@ -164,3 +164,23 @@ def test_cli_prints_the_tables():
     help_text = subprocess.run([sys.executable, str(ROOT / "tools" / "b200_model.py"), "--help"],
                                capture_output=True, text=True, check=True).stdout
     assert "--markdown" in help_text
+
+
+def test_submission_schedules_with_this_model():
+    """submission.py balances the B200 schedule with this model's constants and the kernel's
+    configuration is the one the model predicts for: token tiles 64/128, 8 stages, no split-K."""
+    import submission
+
+    assert submission.TOKEN_VARIANTS == model.V2_TOKEN_TILES
+    assert submission.K_TILE == model.K_TILE and submission.SMEM_RESERVED_BYTES == model.SMEM_RESERVED_BYTES
+    assert submission.B200_MODEL.fp4_fma_per_us_per_sm == model.FP4_FMA_PER_CLOCK_PER_SM * model.MMA_CLOCK_MHZ
+    assert submission.B200_MODEL.stage_round_trip_us == model.STAGE_ROUND_TRIP_US
+    assert submission.SM100_STAGES == model.build_tiles([(128, 256, 256)], model.V2_TOKEN_TILES)[3]
+    kernel = (submission.TOKEN_VARIANTS, submission.SM100_STAGES, 1)
+    for spec in TASK["benchmarks"]:
+        config = model.choose_config(list(zip(spec["m"], spec["n"], spec["k"])))
+        assert (config.token_tiles, config.stages, config.split_k) == kernel
+    # On the (unranked) tests the model would take 64-token tiles with 9 stages, for under 5%.
+    for spec in TASK["tests"]:
+        sizes = list(zip(spec["m"], spec["n"], spec["k"]))
+        assert model.v2_estimate(sizes, submission.TOKEN_VARIANTS).total_us <= 1.05 * model.choose_config(sizes).predicted_us

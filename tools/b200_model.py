@@ -41,7 +41,7 @@ behind the benchmark's L2 flush, ../shared/ANCHORS.md); the first call's extra c
 Designs (Design below): v1, the current submission.py sm_100a kernel (tokens as a 128-row M side,
 1-CTA 128 x 128 x 256 tiles, 5 stages, TMA-store epilogue, A/B/SFA/SFB descriptors patched in the
 kernel on every group change, which the stride of 148 makes nearly every tile on benchmarks 1 and
-2); v2, the design being built (weights as M on SM pairs, token tiles 32/64/96/128, host-built
+2); v2, the design being built (weights as M on SM pairs, token tiles 64/128, host-built
 descriptors, direct epilogue, LPT over the 74 pairs); gau-nernst's v6b and three steps of Nareg's
 ladder as calibration designs.
 
@@ -76,9 +76,10 @@ What the model says
     (v6b measured 13.11). v1 is ~1.8x slower: in-kernel descriptor patches on nearly every tile,
     5 stages of 36 KB instead of 8 of 28 KB, and a slower TMA-store tail.
   - Benchmarks 1 and 2 are DRAM bound under v2; 3 and 4 are start-up bound (START_US is over half).
-  - The token tile set barely matters on the benchmarks: a CTA's speed is its stage count and T =
-    128 and 96 both give 8 stages. choose_config keeps all four tiles unless another set wins by
-    1%; it picks other sets, or split-K, on shapes that leave pairs idle (G = 1 with few tokens).
+  - The token tile set barely matters on the benchmarks: a CTA's speed is its stage count, and
+    the widest token tile (128) sets the stage size. choose_config keeps both tiles (64, 128: the
+    widths the kernel compiles) unless another set wins by 1%; it picks another set, or split-K,
+    only on shapes that leave most pairs idle (G = 1 with few tokens).
   - Split-K inside the pair pays only where most pairs would idle (one small group); on
     benchmarks 3 and 4 it loses (see split_k_report).
   - v2's START_US is v6b's. Launch, prologue and first-load latency are one fitted number because
@@ -122,7 +123,7 @@ START_US = 4.6
 TMA_STORE_EPILOGUE_US = 1.6
 DESCRIPTOR_PATCH_US = 0.7
 
-V2_TOKEN_TILES = (32, 64, 96, 128)  # the MMA N sizes the v2 kernel compiles
+V2_TOKEN_TILES = (64, 128)  # the MMA N sizes the v2 kernel compiles (submission.TOKEN_VARIANTS)
 # Differences under 1% are below what the model resolves; they should not buy a kernel variant.
 CHOICE_MARGIN = 0.01
 
