@@ -65,9 +65,15 @@ predicated on its token row being below M (store_words_if, shared with Hopper), 
 second CTA stores nothing when its rows are past N. No smem staging keeps an eighth operand stage;
 gau-nernst's fastest entry stores straight from registers too.
 
-Per-problem configuration (B200Model; tools/b200_model.py prints the calibrated model): the token
-variant is per tile (the smallest of 64/128 that covers its tokens); the stage count is fixed by
-the shared-memory budget; jobs are balanced by the modeled time.
+Per-problem configuration, chosen by the calibrated model of tools/b200_model.py (public B200
+figures plus five constants fitted to gau-nernst's v6b and three steps of Nareg's ladder, all
+within 13%): the token width per tile (the smaller of 64 / 128 that covers its tokens), 8 stages
+(all that fit), no split-K. For the four benchmarks the model's choose_config picks exactly this
+(tests/test_b200_model.py checks it); on the small task tests it would take 64-token tiles with
+9 stages, for under 5%, not worth a kernel variant. Split-K across the pair (partial sums through
+DSMEM) pays in the model only where most pairs idle (one group of a few tokens), not on benchmarks
+3 and 4, where the fixed start-up is over half the time: it is not built. The schedule balances
+jobs by the model's mainloop time (B200Model).
 
 Techniques of the published ladders (ANCHORS.md), adopted or not:
   gau-nernst: persistent grid (adopted: 74 pairs); BLOCK_N 256 with overlapped TMEM (adopted as
