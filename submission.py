@@ -1236,9 +1236,9 @@ def compile_sm100(num_groups: int, gemm: Sm100GroupedGemm | None = None):
     return _sm100_kernels[num_groups]
 
 
-def make_sm100_launch(sizes, device) -> CompiledLaunch:
-    """The launch of one shape signature: its schedule in device tables, the sizes in the launch
-    arguments; the inputs' addresses arrive per call (ShapePlan.run)."""
+def sm100_launch_args(sizes, device):
+    """One shape signature's launch arguments and the device tables they point to: its schedule
+    over the device's SM pairs, the sizes. The inputs' addresses arrive per call (ShapePlan.run)."""
     num_pairs = torch.cuda.get_device_properties(device).multi_processor_count // 2
     records, offsets = build_tile_schedule(sizes, num_pairs, SM100_SCHEDULE)
     tiles = torch.tensor(records, dtype=torch.int32, device=device)
@@ -1250,7 +1250,12 @@ def make_sm100_launch(sizes, device) -> CompiledLaunch:
     args.set("pair_tiles", pair_tiles.data_ptr())
     args.set("num_tiles", len(records))
     args.set("num_pairs", len(offsets))
-    return CompiledLaunch(compile_sm100(len(sizes)), args, buffers=(tiles, pair_tiles))
+    return args, (tiles, pair_tiles)
+
+
+def make_sm100_launch(sizes, device) -> CompiledLaunch:
+    args, buffers = sm100_launch_args(sizes, device)
+    return CompiledLaunch(compile_sm100(len(sizes)), args, buffers=buffers)
 
 
 # --------------------------------------------------------------------------------------------------
