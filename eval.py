@@ -297,7 +297,8 @@ def _call_catching(function: Callable, *args) -> Any:
         return Raised(_describe(error), traceback.format_exc())
 
 
-_LIBRARY_DIRS = tuple({sysconfig.get_paths()[name] for name in ("stdlib", "platstdlib", "purelib", "platlib")})
+_LIBRARY_DIRS = tuple({sysconfig.get_paths()[name]
+                       for name in ("stdlib", "platstdlib", "purelib", "platlib")})
 
 
 def _describe(error: BaseException) -> str:
@@ -745,14 +746,18 @@ def local_benchmark(cases: list[Case], submission: Path, plot_path: Optional[Pat
     print(f"Benchmarks of {_shown(submission)} on {_device_name()}: {NUM_ITERATIONS_PER_BENCHMARK} inputs, "
           "L2 flushed before each timed repeat; the board ranks by the mean")
     progress.show("warm-up (benchmark 1)")
-    _call_catching(_run_single_benchmark, cases[0].test, False, 100, 10e7, clear_l2_cache)  # failures show below
+    # A failure here shows again, and is reported, in the timed run below.
+    _call_catching(_run_single_benchmark, cases[0].test, False, 100, 10e7, clear_l2_cache)
     progress.clear()
     print(_benchmark_row("#", BENCHMARK_COLUMNS, " G  M  N  K"))
     summaries, failed = {}, 0
     for case in cases:
         progress.show(f"benchmark {case.number}: generating inputs, checking outputs")
-        report = lambda runs, seconds, n=case.number: progress.show(  # noqa: E731
-            f"benchmark {n}: {runs} timed repeats, {seconds:.0f} s (at most 100 repeats or 2 min)")
+
+        def report(runs: int, seconds: float, number=case.number) -> None:
+            progress.show(f"benchmark {number}: {runs} timed repeats, {seconds:.0f} s "
+                          "(at most 100 repeats or 2 min)")
+
         result = _call_catching(_run_single_benchmark, case.test, False, 100, 10e9, clear_l2_cache, report)
         progress.clear()
         sol = f"{case.sol_us:.3f}" if case.sol_us else "n/a"
@@ -851,8 +856,9 @@ def local_main(argv: list[str]) -> int:
             # submission.py's kernels need a GPU; the reference path still checks the harness,
             # and the sm_100a inspection (on full runs) checks submission.py's kernel.
             submission = REFERENCE_SUBMISSION
+            inspected_note = f"; {_shown(DEFAULT_SUBMISSION)} is checked by the sm_100a inspection below"
             print(f"no CUDA GPU: testing the harness with {_shown(REFERENCE_SUBMISSION)} (the reference)"
-                  + (f"; {_shown(DEFAULT_SUBMISSION)} is checked by the sm_100a inspection below" if inspect else ""))
+                  + (inspected_note if inspect else ""))
         load_submission(str(submission))
     except UsageError as error:
         if options is not None and options.verbose and error.details:

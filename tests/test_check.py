@@ -139,6 +139,43 @@ def test_judge_checks_c_even_when_other_tensors_are_returned():
     assert result.verdict == "FAIL" and result.message.startswith("group 0 (c):")  # c is still NaN
 
 
+@pytest.fixture
+def cpu_case(tmp_path, monkeypatch):
+    """run_case_here on the CPU with a submission file written for the test (restoring the module
+    `submission` that other tests import)."""
+    monkeypatch.setitem(sys.modules, "submission", submission)
+
+    def run(name, source):
+        path = tmp_path / "candidate.py"
+        path.write_text(source)
+        return check.run_case_here(CASES[name], path, device="cpu")
+
+    return run
+
+
+def test_one_case_end_to_end_on_the_cpu(cpu_case):
+    result = cpu_case("m7_m129", "from reference import ref_kernel as custom_kernel\n")
+    assert (result.verdict, result.error_over_tol, result.message) == ("PASS", 0.0, "")
+    result = cpu_case("m7_m129", "def custom_kernel(data):\n    return [c for _, _, c in data[0]]\n")
+    assert result.verdict == "FAIL" and result.error_over_tol == float("inf")  # c left NaN
+    result = cpu_case("m40", "def custom_kernel(data):\n    raise RuntimeError('boom')\n")
+    assert result == check.Result("ERROR", None, result.seconds, "custom_kernel raised RuntimeError: boom (at candidate.py:2)")
+
+
+def test_a_write_one_row_past_c_is_caught_end_to_end(cpu_case):
+    overrun = (
+        "import torch\n"
+        "from reference import ref_kernel\n\n"
+        "def custom_kernel(data):\n"
+        "    out = ref_kernel(data)\n"
+        "    c = data[0][0][2]\n"
+        "    m, n = c.shape[:2]\n"
+        "    torch.as_strided(c, (n,), (1,), c.storage_offset() + m * n).fill_(0)  # row M, past c\n"
+        "    return out\n")
+    result = cpu_case("m7", overrun)
+    assert result.verdict == "OUTSIDE" and result.message == "elements written outside c (group 0: 128)"
+
+
 def ladder_with(verdicts):
     """Run the ladder with a fake run_one: PASS except the given {case name: verdict}."""
     lines, ran = [], []

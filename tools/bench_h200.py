@@ -95,7 +95,8 @@ def format_table(rows: list[Row], context: list[str], markdown: bool) -> str:
     cells = [_cells(row) for row in rows]
     if markdown:
         lines = [f"- {line}" for line in context] + [""]
-        lines += ["| " + " | ".join(r) + " |" for r in [MARKDOWN_HEADER, ["---"] * len(MARKDOWN_HEADER)] + cells]
+        separator = ["---"] * len(MARKDOWN_HEADER)
+        lines += ["| " + " | ".join(r) + " |" for r in [MARKDOWN_HEADER, separator] + cells]
         return "\n".join(lines)
     widths = [max(len(r[i]) for r in [TEXT_HEADER] + cells) for i in range(len(TEXT_HEADER))]
     lines = list(context)

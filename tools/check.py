@@ -1,4 +1,4 @@
-"""Bring-up ladder for a submission on a CUDA GPU: from one tile to the benchmarks, each case in its own process.
+"""Bring-up ladder for a submission on a CUDA GPU, from one tile to the benchmarks, a process per case.
 
     python tools/check.py [--submission FILE] [--stage NAME] [--timeout S]   # the ladder
     python tools/check.py --list                                             # its cases (no GPU needed)
@@ -120,7 +120,8 @@ def _fp4_codes_and_scales(rows: int, k: int, generator, all_values: bool):
     codes = torch.randint(0, 256, (rows, k // 2), generator=generator, dtype=torch.uint8)
     if all_values:
         # e4m3 exponent fields 4..8 with any mantissa: 2^-3 .. 3.75
-        scale_bits = torch.randint(4 << 3, 9 << 3, (rows, k // sf_vec_size), generator=generator, dtype=torch.uint8)
+        scale_bits = torch.randint(4 << 3, 9 << 3, (rows, k // sf_vec_size), generator=generator,
+                                   dtype=torch.uint8)
         return codes, scale_bits.view(torch.float8_e4m3fn)
     codes &= 0b1011_1011  # as the board: values 0, +-0.5, +-1, +-1.5
     scales = torch.randint(1, 3, (rows, k // sf_vec_size), generator=generator, dtype=torch.int8)
@@ -155,7 +156,8 @@ def make_input(case: Case, device, seed: int = SEED):
         c, guard = guarded_c(m, n, device)
         abc.append((a, b, c))
         sfasfb.append((sfa.unsqueeze(0).permute(1, 2, 0), sfb.unsqueeze(0).permute(1, 2, 0)))
-        reordered.append((blocked_scales(sfa, m, k, generator, device), blocked_scales(sfb, n, k, generator, device)))
+        reordered.append((blocked_scales(sfa, m, k, generator, device),
+                          blocked_scales(sfb, n, k, generator, device)))
         sizes.append((m, n, k, 1))
         guards.append(guard)
     return (abc, sfasfb, reordered, sizes), guards
@@ -167,8 +169,9 @@ def reference_outputs(data) -> list[torch.Tensor]:
     abc, sfasfb, _, _ = data
     outputs = []
     for (a, b, _), (sfa, sfb) in zip(abc, sfasfb):
-        product = _dequantize(a[:, :, 0], sfa[:, :, 0], torch.float64) @ _dequantize(b[:, :, 0], sfb[:, :, 0], torch.float64).T
-        outputs.append(product.to(torch.float16))
+        a_values = _dequantize(a[:, :, 0], sfa[:, :, 0], torch.float64)
+        b_values = _dequantize(b[:, :, 0], sfb[:, :, 0], torch.float64)
+        outputs.append((a_values @ b_values.T).to(torch.float16))
     return outputs
 
 
@@ -200,8 +203,9 @@ def judge(data, outputs, expected: list[torch.Tensor], guards: list[GuardedC], s
         groups = ", ".join(f"group {g}: {count}" for g, count in enumerate(outside) if count)
         return Result("OUTSIDE", None, seconds, f"elements written outside c ({groups})")
     if not isinstance(outputs, (list, tuple)) or len(outputs) != len(expected):
-        return Result("FAIL", None, seconds, f"returned {type(outputs).__name__} of length "
-                      f"{len(outputs) if hasattr(outputs, '__len__') else '?'}, expected a list of {len(expected)} c")
+        length = len(outputs) if hasattr(outputs, "__len__") else "?"
+        return Result("FAIL", None, seconds, f"returned {type(outputs).__name__} of length {length}, "
+                      f"expected a list of {len(expected)} c")
     worst, message = 0.0, ""
     for group, ((_, _, c), output, want) in enumerate(zip(data[0], outputs, expected)):
         for name, got in (("c", c), ("returned", output)):
@@ -216,20 +220,27 @@ def judge(data, outputs, expected: list[torch.Tensor], guards: list[GuardedC], s
     return Result("PASS" if worst <= 1 else "FAIL", worst, seconds, message)
 
 
-def run_case_here(case: Case, submission: Path) -> Result:
-    """Load the submission, run custom_kernel once on the case's inputs, judge the outputs."""
+def _synchronize(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def run_case_here(case: Case, submission: Path, device: str = "cuda") -> Result:
+    """Load the submission, run custom_kernel once on the case's inputs, judge the outputs.
+    (device "cpu" checks this tool itself, with a submission that runs there.)"""
     harness.load_submission(str(submission))
     from submission import custom_kernel
 
-    data, guards = make_input(case, "cuda")
+    data, guards = make_input(case, device)
     expected = reference_outputs(data)
-    torch.cuda.synchronize()
+    _synchronize(device)
     start = time.perf_counter()
     try:
         outputs = custom_kernel(data)
-        torch.cuda.synchronize()
+        _synchronize(device)
     except Exception as error:
-        return Result("ERROR", None, time.perf_counter() - start, f"custom_kernel raised {harness._describe(error)}")
+        return Result("ERROR", None, time.perf_counter() - start,
+                      f"custom_kernel raised {harness._describe(error)}")
     return judge(data, outputs, expected, guards, time.perf_counter() - start)
 
 
@@ -241,14 +252,16 @@ def run_in_subprocess(command: list[str], timeout: float) -> Result:
     """Run a case's process; its result is its last line starting with RESULT_PREFIX."""
     start = time.perf_counter()
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         return Result("HANG", None, timeout, f"no result after {timeout:g} s: killed")
     seconds = time.perf_counter() - start
     lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
     if not lines:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return Result("CRASH", None, seconds, f"exit code {done.returncode}, no result; last stderr line: {last}")
+        return Result("CRASH", None, seconds,
+                      f"exit code {done.returncode}, no result; last stderr line: {last}")
     return Result(**json.loads(lines[-1][len(RESULT_PREFIX):]))
 
 
@@ -283,7 +296,8 @@ def next_steps(case: Case, result: Result) -> list[str]:
     elif result.verdict in ("OUTSIDE", "CRASH", "ERROR"):
         steps.append(f"{sanitizer.format('memcheck')}    # names the first out-of-bounds access")
     else:
-        steps += [f"{sanitizer.format('racecheck')}    # shared-memory races", f"{sanitizer.format('memcheck')}"]
+        steps += [f"{sanitizer.format('racecheck')}    # shared-memory races",
+                  f"{sanitizer.format('memcheck')}    # out-of-bounds accesses"]
     return steps
 
 
@@ -330,7 +344,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--case", metavar="NAME", help="run one case in this process")
     parser.add_argument("--stage", metavar="NAME", help="run only this stage of the ladder")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S",
-                        help=f"seconds a case may take, first call's compile included (default {DEFAULT_TIMEOUT_S})")
+                        help="seconds a case may take, first call's compile included "
+                             f"(default {DEFAULT_TIMEOUT_S})")
     parser.add_argument("--json", action="store_true", help="with --case: print the result as one JSON line")
     options = parser.parse_args(argv)
     cases = ladder()

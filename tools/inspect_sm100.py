@@ -164,7 +164,8 @@ def kernel_problems(kernel: Kernel) -> list[str]:
         if not kernel.counts["mma_2cta"]:
             found.append("tcgen05.mma is not cta_group::2 (no 2-CTA MMA)")
         if kernel.counts["tmap_repl"]:
-            found.append(f"the GEMM kernel rewrites tensor maps ({kernel.counts['tmap_repl']} tensormap.replace)")
+            found.append(f"the GEMM kernel rewrites tensor maps "
+                         f"({kernel.counts['tmap_repl']} tensormap.replace)")
         if not kernel.counts["UTMALDG"]:
             found.append("no TMA loads (UTMALDG)")
         if not kernel.counts["UTC*MMA"]:
@@ -306,7 +307,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="inspect_sm100.py", description=__doc__.splitlines()[0],
                                      epilog="See the top of tools/inspect_sm100.py for every check.")
     parser.add_argument("--submission", type=Path, default=ROOT / "submission.py", metavar="FILE",
-                        help="file defining compile_sm100(num_groups) (default: the repository's submission.py)")
+                        help="file defining compile_sm100(num_groups) "
+                             "(default: the repository's submission.py)")
     parser.add_argument("--groups", type=parse_groups, default=list(DEFAULT_GROUPS), metavar="G,G,...",
                         help=f"group counts to compile (default: {','.join(map(str, DEFAULT_GROUPS))})")
     parser.add_argument("--keep", type=Path, metavar="DIR",
@@ -315,8 +317,8 @@ def main(argv=None) -> int:
 
     cuobjdump, nvdisasm = find_tool("cuobjdump"), find_tool("nvdisasm")
     if not cuobjdump or not nvdisasm:
-        print("inspect_sm100.py: cuobjdump/nvdisasm not found (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)",
-              file=sys.stderr)
+        print("inspect_sm100.py: cuobjdump/nvdisasm not found "
+              "(pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)", file=sys.stderr)
         return 2
     if not args.submission.is_file():
         print(f"inspect_sm100.py: no such file: {args.submission}", file=sys.stderr)
@@ -337,7 +339,8 @@ def main(argv=None) -> int:
         args.keep.mkdir(parents=True, exist_ok=True)
 
     columns = ["groups", "kernel", "compile_s", "threads", "regs", "smem_B", *PTX_COUNTS, *SASS_COUNTS]
-    print(f"sm_100a kernels of {args.submission.name}: compile_sm100(G), PTX from CuTe DSL, SASS via cuobjdump")
+    print(f"sm_100a kernels of {args.submission.name}: compile_sm100(G), PTX from CuTe DSL, "
+          "SASS via cuobjdump")
     print(" ".join(f"{name:>9}" for name in columns) + "  verdict")
     kernel_ids: dict[str, str] = {}
     failures = 0
@@ -365,7 +368,8 @@ def main(argv=None) -> int:
                 cells = [groups, kernel_id, f"{seconds:.1f}", kernel.threads, kernel.registers,
                          "?" if kernel.smem is None else kernel.smem,
                          *(kernel.counts[name] for name in (*PTX_COUNTS, *SASS_COUNTS))]
-                print(" ".join(f"{cell!s:>9}" for cell in cells) + "  " + ("ok" if not found else "FAIL: " + "; ".join(found)))
+                verdict = "FAIL: " + "; ".join(found) if found else "ok"
+                print(" ".join(f"{cell!s:>9}" for cell in cells) + "  " + verdict)
             for problem in group_count_problems(kernels):
                 failures += 1
                 print(f"{groups:>9} FAIL: {problem}")

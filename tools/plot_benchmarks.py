@@ -116,9 +116,11 @@ def _parse_times(text: str) -> dict[int, float]:
     try:
         times = [float(item) for item in text.split(",")]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected microseconds such as 111.3,59.6,31.6,17.7, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected microseconds such as 111.3,59.6,31.6,17.7, got {text!r}") from None
     if not 1 <= len(times) <= len(BENCHMARKS) or min(times) <= 0:
-        raise argparse.ArgumentTypeError(f"expected 1 to 4 positive times (benchmarks 1, 2, ...), got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"expected 1 to 4 positive times (benchmarks 1, 2, ...), got {text!r}")
     return dict(zip(BENCHMARKS, times))
 
 
@@ -126,11 +128,13 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="plot_benchmarks.py", description=__doc__.splitlines()[0])
     parser.add_argument("output", type=Path, metavar="OUT.png")
     parser.add_argument("--times", type=_parse_times, required=True, metavar="US,US,US,US",
-                        help="microseconds per call of benchmarks 1, 2, ... (e.g. the means of eval.py benchmark)")
+                        help="microseconds per call of benchmarks 1, 2, ... "
+                             "(e.g. the means of eval.py benchmark)")
     parser.add_argument("--label", default="measured", help="legend label of the times (say the GPU)")
     options = parser.parse_args(argv)
     if not matplotlib_available():
-        print("plot_benchmarks.py needs matplotlib, which is not installed (pip install matplotlib)", file=sys.stderr)
+        print("plot_benchmarks.py needs matplotlib, which is not installed (pip install matplotlib)",
+              file=sys.stderr)
         return 2
     sys.path.insert(0, str(ROOT))
     import eval as harness  # the task.yml reader, for speed of light
