@@ -5,8 +5,8 @@ Two faces:
   of the board's evaluator (gpu-mode/reference-kernels, problems/nvidia/
   eval_better_bench_grouped_gemm.py): modes test / benchmark / leaderboard / profile, results as
   `key: value` lines on that file descriptor, work done in a spawned worker process.
-* Otherwise, a local command: `python eval.py test|benchmark [--submission FILE] [--only N]`
-  runs task.yml's tests or benchmarks and prints a table (see README.md, section "eval.py").
+* Otherwise, a local command: `python eval.py test|benchmark [--submission FILE] [--only N] ...`
+  runs task.yml's tests or benchmarks and prints a table (see `--help` and README.md, "eval.py").
 """
 import os
 
@@ -22,8 +22,10 @@ import json
 import math
 import multiprocessing
 import re
+import statistics
 import subprocess
 import sys
+import sysconfig
 import time
 import traceback
 from pathlib import Path
@@ -34,26 +36,23 @@ import torch
 from reference import check_implementation, generate_input
 from utils import clear_l2_cache, clear_l2_cache_large, set_seed
 
-try:
-    # Errors from CuTe DSL cannot be pickled back from the worker: report them as a failure.
-    from cutlass._mlir.ir import MLIRError
-    from cutlass.cute.nvgpu.common import OpError
-
-    UNSERIALIZABLE_EXCEPTIONS = (OpError, MLIRError)
-except ImportError:  # no CuTe DSL here (e.g. a Hopper machine): nothing to catch
-    UNSERIALIZABLE_EXCEPTIONS = ()
-
+# Every default path is relative to this file, so eval.py behaves the same from any directory.
 ROOT = Path(__file__).resolve().parent
-NUM_ITERATIONS_PER_BENCHMARK = 15
-INSPECTION_TOOL = Path("tools") / "inspect_sm100.py"
-REFERENCE_SUBMISSION = Path("tests") / "ref_submission.py"
+DEFAULT_SUBMISSION = ROOT / "submission.py"
+REFERENCE_SUBMISSION = ROOT / "tests" / "ref_submission.py"
+INSPECTION_TOOL = ROOT / "tools" / "inspect_sm100.py"
+PLOT_TOOL = ROOT / "tools" / "plot_benchmarks.py"
 INSPECTION_TIMEOUT_S = 900
+NUM_ITERATIONS_PER_BENCHMARK = 15
+SLOW_REPEAT_FACTOR = 2.0  # a timed repeat above this multiple of the median is flagged
 
 
 # ---------------------------------------------------------------------------------------------
 # Test specs: `key: value; key: value` lines; values are integers, names, or [..] / (..) lists.
 
 _SPEC_PART = re.compile(r"\s*([a-zA-Z_]+)\s*:\s*(\[[^\]]*\]|\([^)]*\)|[a-zA-Z_]+|[+-]?[0-9]+)\s*")
+_GROUP_SIZE_KEYS = ("m", "n", "k")  # one value per group
+_INTEGER_KEYS = ("g", "seed")
 
 
 class SpecError(ValueError):
@@ -62,6 +61,10 @@ class SpecError(ValueError):
 
 class SubmissionError(Exception):
     """The submission file cannot be imported or has no custom_kernel."""
+
+
+class KernelError(Exception):
+    """custom_kernel raised; the message describes the original error in one line."""
 
 
 @dataclasses.dataclass
@@ -85,6 +88,7 @@ def _spec_value(text: str):
 
 
 def parse_spec_line(line: str) -> dict:
+    """The board's parser: the syntax only, values as the board reads them."""
     args = {}
     for part in line.split(";"):
         match = _SPEC_PART.fullmatch(part)
@@ -94,12 +98,38 @@ def parse_spec_line(line: str) -> dict:
     return args
 
 
+def check_spec_values(args: dict, line: str) -> None:
+    """Values generate_input can take: g and seed integers, m, n and k lists of g positive integers.
+
+    The board's evaluator leaves this to generate_input, which fails with a traceback; here it is
+    a malformed spec (exit 113)."""
+    def invalid(why: str) -> SpecError:
+        return SpecError(f"invalid test case: '{line}': {why}")
+
+    unknown = set(args) - set(_GROUP_SIZE_KEYS) - set(_INTEGER_KEYS)
+    if unknown:
+        raise invalid(f"unknown key {sorted(unknown)[0]!r} (keys: m, n, k, g, seed)")
+    for key in _INTEGER_KEYS:
+        if key in args and not isinstance(args[key], int):
+            raise invalid(f"{key} must be an integer, got {args[key]!r}")
+    for key in _GROUP_SIZE_KEYS:
+        value = args.get(key)
+        if value is not None and not (isinstance(value, tuple) and value and all(v > 0 for v in value)):
+            raise invalid(f"{key} must be a list of positive integers such as [128, 256], got {value!r}")
+    if "g" in args:
+        lengths = {key: len(args[key]) for key in _GROUP_SIZE_KEYS if key in args}
+        if args["g"] < 1 or any(length != args["g"] for length in lengths.values()):
+            raise invalid(f"g = {args['g']} groups, but m, n, k have {lengths} values")
+
+
 def _combine(a: int, b: int) -> int:
     # The board mixes the public test seed with its secret seed (Cantor pairing, kept large).
     return int(a + (a + b) * (a + b + 1) // 2)
 
 
 def get_test_cases(file_name: str, seed: Optional[int]) -> list[TestCase]:
+    """The spec file's tests (blank lines skipped); exit 113 with one line if it is unreadable or
+    a line is malformed."""
     try:
         content = Path(file_name).read_text()
     except Exception as error:
@@ -107,11 +137,15 @@ def get_test_cases(file_name: str, seed: Optional[int]) -> list[TestCase]:
         sys.exit(113)
     tests = []
     for line in content.splitlines():
+        if not line.strip():
+            continue
         try:
-            tests.append(TestCase(args=parse_spec_line(line), spec=line))
+            args = parse_spec_line(line)
+            check_spec_values(args, line)
         except SpecError as error:
             print(error, file=sys.stderr)
             sys.exit(113)
+        tests.append(TestCase(args=args, spec=line))
     if seed is not None:
         for test in tests:
             if "seed" in test.args:
@@ -134,7 +168,7 @@ class Stats:
 
 
 def calculate_stats(durations: list[float]) -> Stats:
-    """Durations in nanoseconds -> Stats (std with Bessel's correction, err = std / sqrt(runs))."""
+    """Durations -> Stats in the same unit (std with Bessel's correction, err = std / sqrt(runs))."""
     runs = len(durations)
     mean = sum(durations) / runs
     std = math.sqrt(sum((d - mean) ** 2 for d in durations) / (runs - 1))
@@ -163,28 +197,36 @@ def _custom_kernel() -> Callable:
     """custom_kernel of the module `submission` (the board's submission.py, or --submission)."""
     try:
         from submission import custom_kernel
-    except Exception as error:
-        raise SubmissionError(_describe(error)) from None
+    except BaseException as error:  # a SystemExit at import would otherwise end the worker
+        raise SubmissionError(f"cannot import submission.py: {_describe(error)}") from None
     return custom_kernel
+
+
+@contextlib.contextmanager
+def _errors_are_the_kernels():
+    """What the block raises was raised by custom_kernel: say so, in one line."""
+    try:
+        yield
+    except Exception as error:
+        raise KernelError(f"custom_kernel raised {_describe(error)}") from error
 
 
 def _run_single_test(test: TestCase) -> tuple[bool, str]:
     custom_kernel = _custom_kernel()
     data = generate_input(**test.args)
     _synchronize()
-    try:
+    with _errors_are_the_kernels():
         output = custom_kernel(_clone_data(data))
-    except UNSERIALIZABLE_EXCEPTIONS as error:
-        print(f"Encountered {error}", file=sys.stderr)
-        return False, str(error)
-    _synchronize()
+        _synchronize()
     return check_implementation(data, output)
 
 
 def _run_single_benchmark(
-    test: TestCase, recheck: bool, max_repeats: int, max_time_ns: float, flush_l2: Callable
+    test: TestCase, recheck: bool, max_repeats: int, max_time_ns: float, flush_l2: Callable,
+    progress: Optional[Callable[[int, float], None]] = None,
 ) -> Any:
-    """Stats of one benchmark, or a message saying why it failed."""
+    """The timed repeats' durations (ns per call), or a message saying why it failed.
+    `progress(repeats done, seconds since the first)` is called after each repeat."""
     if not torch.cuda.is_available():
         return "benchmarking needs a CUDA GPU (torch.cuda.is_available() is False)"
     custom_kernel = _custom_kernel()
@@ -196,10 +238,8 @@ def _run_single_benchmark(
         data_list.append(generate_input(**args))
     check_copy = _clone_data(data_list)
 
-    try:
+    with _errors_are_the_kernels():
         outputs = [custom_kernel(_clone_data(data)) for data in data_list]
-    except UNSERIALIZABLE_EXCEPTIONS as error:
-        return f"Encountered {error}"
     for reference_data, output in zip(check_copy, outputs):
         good, message = check_implementation(reference_data, output)
         if not good:
@@ -214,10 +254,11 @@ def _run_single_benchmark(
         flush_l2()
         start_event = torch.cuda.Event(enable_timing=True)
         end_event = torch.cuda.Event(enable_timing=True)
-        start_event.record()
-        outputs = [custom_kernel(data) for data in data_list]
-        end_event.record()
-        torch.cuda.synchronize()
+        with _errors_are_the_kernels():
+            start_event.record()
+            outputs = [custom_kernel(data) for data in data_list]
+            end_event.record()
+            torch.cuda.synchronize()
         durations.append(start_event.elapsed_time(end_event) / NUM_ITERATIONS_PER_BENCHMARK * 1e6)
 
         if recheck:
@@ -228,26 +269,83 @@ def _run_single_benchmark(
                     return message
 
         elapsed_ns = time.perf_counter_ns() - start_ns
+        if progress is not None:
+            progress(len(durations), elapsed_ns / 1e9)
         if repeat > 1 and elapsed_ns > 1e8:
             stats = calculate_stats(durations)
             if (stats.err / stats.mean < 0.001 or stats.mean * stats.runs > max_time_ns
                     or elapsed_ns > 120e9):
                 break
-    return calculate_stats(durations)
+    return durations
+
+
+@dataclasses.dataclass
+class Raised:
+    """What a call raised, as text: a submission's or CuTe DSL's exceptions need not survive
+    pickling back from the worker, and the board's face reports one line, never a traceback."""
+    summary: str  # one line
+    traceback: str
+
+
+def _call_catching(function: Callable, *args) -> Any:
+    """function(*args), or Raised if it raised (runs in the board face's worker)."""
+    try:
+        return function(*args)
+    except (SubmissionError, KernelError) as error:
+        return Raised(str(error), traceback.format_exc())
+    except Exception as error:
+        return Raised(_describe(error), traceback.format_exc())
+
+
+_LIBRARY_DIRS = tuple({sysconfig.get_paths()[name]
+                       for name in ("stdlib", "platstdlib", "purelib", "platlib")})
 
 
 def _describe(error: BaseException) -> str:
     """One line: exception type, message and, except for syntax errors (whose message has it),
-    where it was raised."""
+    the innermost place in the user's code (not in Python's or installed packages' files)."""
     text = f"{type(error).__name__}: {error}"
     frames = traceback.extract_tb(error.__traceback__)
+    own_frames = [frame for frame in frames if not frame.filename.startswith(_LIBRARY_DIRS)]
     if frames and not isinstance(error, SyntaxError):
-        text += f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno})"
+        frame = (own_frames or frames)[-1]
+        text += f" (at {Path(frame.filename).name}:{frame.lineno})"
     return " ".join(text.split())
 
 
 # ---------------------------------------------------------------------------------------------
-# The board's face (POPCORN_FD set).
+# Repeats: the board ranks by their mean, so a few slow ones (a first call that builds a plan,
+# say) can cost more than the median shows.
+
+
+@dataclasses.dataclass
+class RepeatSummary:
+    stats: Stats
+    median: float
+    slow: list[tuple[int, float]]  # (repeat number from 1, duration) of repeats over 2x the median
+
+
+def summarize_repeats(durations: list[float]) -> RepeatSummary:
+    median = statistics.median(durations)
+    slow = [(number, d) for number, d in enumerate(durations, start=1) if d > SLOW_REPEAT_FACTOR * median]
+    return RepeatSummary(calculate_stats(durations), median, slow)
+
+
+def describe_slow_repeats(summary: RepeatSummary, unit: str = "us", shown: int = 5) -> str:
+    """'' if no repeat is slow, else one line naming the slow repeats."""
+    if not summary.slow:
+        return ""
+    listed = ", ".join(f"#{number} {d:.2f} {unit}" for number, d in summary.slow[:shown])
+    more = f" and {len(summary.slow) - shown} more" if len(summary.slow) > shown else ""
+    return (f"{len(summary.slow)} of {summary.stats.runs} repeats slower than "
+            f"{SLOW_REPEAT_FACTOR:g}x the median ({summary.median:.2f} {unit}): {listed}{more}; "
+            "the mean counts them, as the board's does")
+
+
+# ---------------------------------------------------------------------------------------------
+# The board's face (POPCORN_FD set). A submission that cannot be imported or raises fails its
+# tests and benchmarks with a one-line reason (exit 112); the board's evaluator would stop with a
+# traceback instead.
 
 
 class PopcornOutput:
@@ -265,12 +363,17 @@ class PopcornOutput:
         print(f"{key}: {value}", file=self.file, flush=True)
 
 
+def _in_worker(pool, function: Callable, *args) -> Any:
+    return pool.apply(_call_catching, (function, *args))
+
+
 def run_testing(logger: PopcornOutput, pool, tests: list[TestCase]) -> int:
     passed = True
     logger.log("test-count", len(tests))
     for idx, test in enumerate(tests):
         logger.log(f"test.{idx}.spec", test.spec)
-        good, message = pool.apply(_run_single_test, (test,))
+        result = _in_worker(pool, _run_single_test, test)
+        good, message = (False, result.summary) if isinstance(result, Raised) else result
         if good:
             logger.log(f"test.{idx}.status", "pass")
             if message:
@@ -288,10 +391,13 @@ def _log_stats(logger: PopcornOutput, idx: int, stats: Stats) -> None:
         logger.log(f"benchmark.{idx}.{field.name}", getattr(stats, field.name))
 
 
-def _benchmark_in_worker(pool, test, recheck, max_repeats, max_time_ns):
-    return pool.apply(
-        _run_single_benchmark, (test, recheck, max_repeats, max_time_ns, clear_l2_cache_large)
-    )
+def _benchmark_in_worker(pool, test, recheck, max_repeats, max_time_ns) -> Any:
+    """Stats, or a one-line message saying why the benchmark failed."""
+    result = _in_worker(pool, _run_single_benchmark, test, recheck, max_repeats, max_time_ns,
+                        clear_l2_cache_large)
+    if isinstance(result, Raised):
+        return result.summary
+    return calculate_stats(result) if isinstance(result, list) else result
 
 
 def run_benchmarking(logger: PopcornOutput, pool, tests: list[TestCase]) -> int:
@@ -342,7 +448,7 @@ def _profile_one(test: TestCase, under_ncu: bool) -> str:
         data = _clone_data(generate_input(**test.args))
         _synchronize()
     if under_ncu:  # ncu, running this process, collects the report itself
-        with _nvtx_range("custom_kernel"):
+        with _nvtx_range("custom_kernel"), _errors_are_the_kernels():
             custom_kernel(data)
             _synchronize()
         return ""
@@ -352,7 +458,7 @@ def _profile_one(test: TestCase, under_ncu: bool) -> str:
     if torch.cuda.is_available():
         activities.append(ProfilerActivity.CUDA)
     with profile(activities=activities) as profiler:
-        with _nvtx_range("custom_kernel"):
+        with _nvtx_range("custom_kernel"), _errors_are_the_kernels():
             custom_kernel(data)
             _synchronize()
     sort_by = "self_cuda_time_total" if torch.cuda.is_available() else "self_cpu_time_total"
@@ -364,12 +470,18 @@ def run_profiling(logger: PopcornOutput, pool, tests: list[TestCase]) -> int:
     # for any value, even when unset, since bool("0") is True; we honour "0" and unset.)
     under_ncu = os.getenv("POPCORN_NCU", "0") not in ("", "0")
     logger.log("benchmark-count", len(tests))
+    passed = True
     for idx, test in enumerate(tests):
         logger.log(f"benchmark.{idx}.spec", test.spec)
-        report = pool.apply(_profile_one, (test, under_ncu))
+        report = _in_worker(pool, _profile_one, test, under_ncu)
+        if isinstance(report, Raised):
+            passed = False
+            logger.log(f"benchmark.{idx}.status", "fail")
+            logger.log(f"benchmark.{idx}.error", report.summary)
+            continue
         logger.log(f"benchmark.{idx}.report", base64.b64encode(report.encode("utf-8"), b"+*").decode("utf-8"))
-    logger.log("check", "pass")
-    return 0
+    logger.log("check", "pass" if passed else "fail")
+    return 0 if passed else 112
 
 
 POPCORN_MODES = {
@@ -380,7 +492,7 @@ POPCORN_MODES = {
 }
 
 
-def popcorn_main(fd: str) -> int:
+def popcorn_main(fd_text: str) -> int:
     if len(sys.argv) < 3:
         print("usage: POPCORN_FD=N python eval.py test|benchmark|leaderboard|profile SPEC_FILE",
               file=sys.stderr)
@@ -396,17 +508,20 @@ def popcorn_main(fd: str) -> int:
               file=sys.stderr)
         return 2
     try:
-        fd = int(fd)
+        fd = int(fd_text)
     except ValueError:
-        print(f"eval.py: POPCORN_FD must be a file descriptor number, got '{fd}'", file=sys.stderr)
+        print(f"eval.py: POPCORN_FD must be a file descriptor number, got '{fd_text}'", file=sys.stderr)
         return 2
+    try:
+        os.fstat(fd)
+    except OSError:
+        # Typed by hand without `N>FILE`: results on stdout rather than a traceback.
+        print(f"eval.py: file descriptor {fd} (POPCORN_FD) is not open: result lines go to stdout",
+              file=sys.stderr)
+        fd = os.dup(sys.stdout.fileno())
     with PopcornOutput(fd) as logger:
         with multiprocessing.get_context("spawn").Pool(1) as pool:
-            try:
-                return POPCORN_MODES[mode](logger, pool, tests)
-            except SubmissionError as error:  # exit code 1, as an uncaught error on the board
-                print(f"eval.py: cannot load submission.py: {error}", file=sys.stderr)
-                return 1
+            return POPCORN_MODES[mode](logger, pool, tests)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -414,9 +529,38 @@ def popcorn_main(fd: str) -> int:
 
 _SOL_ROW = re.compile(r"^\s*(\d+)\s+(\[[\d,\s]*\])\s+(\[[\d,\s]*\])\s+(\[[\d,\s]*\])\s+\d+\s+([\d.]+)\s*$")
 
+HELP_EPILOG = """\
+Without a GPU, `test` runs on the CPU (inputs generated there, reference by exact
+dequantization). Without --submission it then tests tests/ref_submission.py (the reference),
+since submission.py needs a GPU. A full `test` run without a GPU (no --only) also runs the sm_100a
+inspection, `python tools/inspect_sm100.py --submission FILE`, on the file under test, or on
+submission.py without --submission; a file without `compile_sm100` (no sm_100a kernel) is not
+inspected. --inspect / --no-inspect force it on or off.
+
+`benchmark` (CUDA only) times like the board: 15 inputs, L2 flushed before each timed repeat,
+CUDA events around 15 back-to-back calls. It prints the mean (the board ranks by it) and the
+median, and flags every repeat slower than 2x the median.
+
+Exit codes: 0 all passed; 1 a test, benchmark or the inspection failed; 2 bad use (one line on
+stderr); 3 `benchmark` without a CUDA GPU.
+
+The board's face: with POPCORN_FD set in the environment,
+  POPCORN_FD=N python eval.py MODE SPEC_FILE
+behaves as the board's evaluator. MODE is test, benchmark, leaderboard or profile; SPEC_FILE
+has one test per line, e.g. `m: [96, 128]; n: [128, 256]; k: [256, 512]; g: 2; seed: 1111`
+(blank lines are skipped); POPCORN_SEED, if set, is mixed into each seed. Results are written
+as `key: value` lines (`test.0.status: pass`, `benchmark.0.mean: ...`, `check: pass`) to file
+descriptor N, or to stdout if N is not open. Exit codes there: 0 all passed (leaderboard: always
+0, the verdict is the `check` line); 112 a test or benchmark failed, including a submission
+that cannot be imported or raises (one-line reason on the descriptor); 113 the spec file is
+unreadable or a line is malformed; 2 bad mode or arguments.
+"""
+
 
 class UsageError(Exception):
-    pass
+    def __init__(self, message: str, details: str = ""):
+        super().__init__(message)
+        self.details = details  # a traceback, shown with --verbose
 
 
 @dataclasses.dataclass
@@ -483,9 +627,17 @@ def load_submission(file_name: str) -> None:
     try:
         spec.loader.exec_module(module)
     except BaseException as error:  # a SystemExit or KeyboardInterrupt at import is also a bad file
-        raise UsageError(f"cannot import {file_name}: {_describe(error)}") from None
+        raise UsageError(f"cannot import {file_name}: {_describe(error)}", traceback.format_exc()) from None
     if not callable(getattr(module, "custom_kernel", None)):
         raise UsageError(f"{file_name} defines no function custom_kernel")
+
+
+def _shown(path: Path) -> str:
+    """A path as a user would type it from here: relative below the current directory."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def _device_name() -> str:
@@ -507,15 +659,32 @@ def _print_message(message: str) -> None:
         print(f"       {line}")
 
 
-def run_inspection() -> bool:
-    """Run the team's sm_100a inspection tool (no GPU needed) if the repository has it."""
-    if not (ROOT / INSPECTION_TOOL).is_file():
-        print(f"inspection: {INSPECTION_TOOL} not found, skipped")
-        return True
-    print(f"inspection: python {INSPECTION_TOOL}", flush=True)
+def _print_traceback(text: str) -> None:
+    for line in text.rstrip().splitlines():
+        print(f"       | {line}")
+
+
+def defines_sm100_kernel(path: Path) -> bool:
+    """Whether the file has an sm_100a kernel to inspect: it defines compile_sm100, the entry
+    tools/inspect_sm100.py compiles. Read as text: importing would cost seconds."""
     try:
-        done = subprocess.run([sys.executable, str(INSPECTION_TOOL)], cwd=ROOT,
-                              stdin=subprocess.DEVNULL, timeout=INSPECTION_TIMEOUT_S)
+        return re.search(r"^def compile_sm100\b", path.read_text(), re.MULTILINE) is not None
+    except OSError:
+        return False
+
+
+def run_inspection(submission: Path) -> bool:
+    """Run the sm_100a inspection (no GPU needed) on `submission`; True if it passed or was skipped."""
+    if not INSPECTION_TOOL.is_file():
+        print(f"inspection: {_shown(INSPECTION_TOOL)} not found, skipped")
+        return True
+    if not defines_sm100_kernel(submission):
+        print(f"inspection: skipped, {_shown(submission)} defines no compile_sm100 (no sm_100a kernel)")
+        return True
+    command = [sys.executable, str(INSPECTION_TOOL), "--submission", str(submission)]
+    print(f"inspection: python {_shown(INSPECTION_TOOL)} --submission {_shown(submission)}", flush=True)
+    try:
+        done = subprocess.run(command, stdin=subprocess.DEVNULL, timeout=INSPECTION_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         print(f"inspection: FAIL (no result after {INSPECTION_TIMEOUT_S} s)")
         return False
@@ -523,66 +692,119 @@ def run_inspection() -> bool:
     return done.returncode == 0
 
 
-def local_test(cases: list[Case], submission: str) -> int:
-    print(f"Tests of {submission} on {_device_name()}")
+def local_test(cases: list[Case], submission: Path, inspected: Optional[Path], verbose: bool) -> int:
+    print(f"Tests of {_shown(submission)} on {_device_name()}")
     print(f"{'#':>3}  result     time   G  M  N  K")
     failed = 0
     for case in cases:
         start = time.perf_counter()
-        try:
-            good, message = _run_single_test(case.test)
-        except Exception as error:
-            good, message = False, f"custom_kernel or the check raised {_describe(error)}"
+        result = _call_catching(_run_single_test, case.test)
         seconds = time.perf_counter() - start
+        good, message = (False, result.summary) if isinstance(result, Raised) else result
         print(f"{case.number:>3}  {'pass' if good else 'FAIL':<6} {seconds:6.2f} s  {_sizes(case.test)}")
         if message:
             _print_message(message)
+        if verbose and isinstance(result, Raised):
+            _print_traceback(result.traceback)
         failed += not good
     print(f"{len(cases) - failed} of {len(cases)} passed")
-    inspected = torch.cuda.is_available() or run_inspection()
-    return 0 if failed == 0 and inspected else 1
+    inspection_passed = inspected is None or run_inspection(inspected)
+    return 0 if failed == 0 and inspection_passed else 1
+
+
+class ProgressLine:
+    """On a terminal, one status line rewritten in place while a benchmark runs. Elsewhere it
+    writes nothing: there each benchmark's row, printed as it ends, is the progress."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.active = stream.isatty()
+
+    def show(self, text: str) -> None:
+        if self.active:
+            self.stream.write("\r\033[K" + text)
+            self.stream.flush()
+
+    def clear(self) -> None:
+        self.show("")
+
+
+BENCHMARK_COLUMNS = ("mean us", "median us", "best us", "worst us", "runs", ">2x med", "SOL us", "mean/SOL")
 
 
 def _benchmark_row(number, cells, sizes) -> str:
-    widths = (9, 9, 9, 5, 8, 7)
+    widths = (9, 10, 9, 9, 5, 8, 8, 9)
     return f"{number:>3}" + "".join(f"{cell:>{w}}" for cell, w in zip(cells, widths)) + f"  {sizes}"
 
 
-def local_benchmark(cases: list[Case], submission: str) -> int:
-    print(f"Benchmarks of {submission} on {_device_name()}: {NUM_ITERATIONS_PER_BENCHMARK} inputs, "
-          "L2 flushed before each timed repeat")
-    try:
-        _run_single_benchmark(cases[0].test, False, 100, 10e7, clear_l2_cache)  # warm-up
-    except Exception:
-        pass  # the timed run below reports the same failure
-    print(_benchmark_row("#", ("mean us", "best us", "worst us", "runs", "SOL us", "x SOL"),
-                         " G  M  N  K"))
-    means, sols, failed = [], [], 0
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(map(math.log, values)) / len(values))
+
+
+def local_benchmark(cases: list[Case], submission: Path, plot_path: Optional[Path], verbose: bool) -> int:
+    progress = ProgressLine(sys.stdout)
+    print(f"Benchmarks of {_shown(submission)} on {_device_name()}: {NUM_ITERATIONS_PER_BENCHMARK} inputs, "
+          "L2 flushed before each timed repeat; the board ranks by the mean")
+    progress.show("warm-up (benchmark 1)")
+    # A failure here shows again, and is reported, in the timed run below.
+    _call_catching(_run_single_benchmark, cases[0].test, False, 100, 10e7, clear_l2_cache)
+    progress.clear()
+    print(_benchmark_row("#", BENCHMARK_COLUMNS, " G  M  N  K"))
+    summaries, failed = {}, 0
     for case in cases:
-        try:
-            result = _run_single_benchmark(case.test, False, 100, 10e9, clear_l2_cache)
-        except Exception as error:
-            result = f"custom_kernel or the check raised {_describe(error)}"
+        progress.show(f"benchmark {case.number}: generating inputs, checking outputs")
+
+        def report(runs: int, seconds: float, number=case.number) -> None:
+            progress.show(f"benchmark {number}: {runs} timed repeats, {seconds:.0f} s "
+                          "(at most 100 repeats or 2 min)")
+
+        result = _call_catching(_run_single_benchmark, case.test, False, 100, 10e9, clear_l2_cache, report)
+        progress.clear()
         sol = f"{case.sol_us:.3f}" if case.sol_us else "n/a"
-        if not isinstance(result, Stats):
+        if not isinstance(result, list):
             failed += 1
-            print(_benchmark_row(case.number, ("FAIL", "-", "-", "-", sol, "-"), _sizes(case.test)))
-            _print_message(result)
+            print(_benchmark_row(case.number, ("FAIL",) + ("-",) * 5 + (sol, "-"), _sizes(case.test)))
+            _print_message(result.summary if isinstance(result, Raised) else result)
+            if verbose and isinstance(result, Raised):
+                _print_traceback(result.traceback)
             continue
-        mean, best, worst = (value / 1000 for value in (result.mean, result.best, result.worst))
-        ratio = f"{mean / case.sol_us:.1f}" if case.sol_us else "n/a"
-        cells = (f"{mean:.2f}", f"{best:.2f}", f"{worst:.2f}", str(result.runs), sol, ratio)
+        summary = summarize_repeats([ns / 1000 for ns in result])
+        stats = summary.stats
+        ratio = f"{stats.mean / case.sol_us:.1f}" if case.sol_us else "n/a"
+        cells = (f"{stats.mean:.2f}", f"{summary.median:.2f}", f"{stats.best:.2f}", f"{stats.worst:.2f}",
+                 str(stats.runs), str(len(summary.slow)), sol, ratio)
         print(_benchmark_row(case.number, cells, _sizes(case.test)))
-        means.append(mean)
-        sols.append(case.sol_us)
+        if summary.slow:
+            _print_message(describe_slow_repeats(summary))
+        summaries[case.number] = summary
     if failed == 0 and len(cases) > 1:
-        geomean = math.exp(sum(map(math.log, means)) / len(means))
-        line = f"geomean {geomean:.2f} us"
-        if all(sols):
-            sol_geomean = math.exp(sum(map(math.log, sols)) / len(sols))
-            line += f", speed of light {sol_geomean:.3f} us, x SOL {geomean / sol_geomean:.1f}"
+        means = [s.stats.mean for s in summaries.values()]
+        line = (f"geomean: mean {_geomean(means):.2f} us (the board's ranking), "
+                f"median {_geomean([s.median for s in summaries.values()]):.2f} us")
+        if all(case.sol_us for case in cases):
+            sol_geomean = _geomean([case.sol_us for case in cases])
+            line += f"; speed of light {sol_geomean:.3f} us, mean/SOL {_geomean(means) / sol_geomean:.1f}"
         print(line)
+    if plot_path is not None and summaries:
+        plot = _plot_module()
+        plot.draw(plot_path, {n: s.stats.mean for n, s in summaries.items()},
+                  {n: s.median for n, s in summaries.items()},
+                  {case.number: case.sol_us for case in cases if case.sol_us}, _device_name())
+        print(f"plot: {_shown(plot_path)}")
     return 1 if failed else 0
+
+
+def _plot_module():
+    """tools/plot_benchmarks.py, imported; UsageError if it or matplotlib is missing."""
+    if not PLOT_TOOL.is_file():
+        raise UsageError(f"--plot needs {_shown(PLOT_TOOL)}, which is missing")
+    spec = importlib.util.spec_from_file_location("plot_benchmarks", PLOT_TOOL)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["plot_benchmarks"] = module  # its dataclasses look their module up while it loads
+    spec.loader.exec_module(module)
+    if not module.matplotlib_available():
+        raise UsageError("--plot needs matplotlib, which is not installed (pip install matplotlib)")
+    return module
 
 
 class _ArgumentParser(argparse.ArgumentParser):
@@ -590,40 +812,64 @@ class _ArgumentParser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see python eval.py --help)")
 
 
-def local_main(argv: list[str]) -> int:
+def make_parser() -> argparse.ArgumentParser:
     parser = _ArgumentParser(
-        prog="eval.py",
-        description="Check (test) or time (benchmark) a submission on task.yml's cases. "
-                    "Exit codes: 0 all passed, 1 a failure, 2 bad use, 3 benchmark without a GPU.")
+        prog="eval.py", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=HELP_EPILOG,
+        description="Check (test) or time (benchmark) a submission on task.yml's tests and benchmarks, "
+                    "locally. Under POPCORN_FD it is the board's evaluator instead (see the end).")
     parser.add_argument("mode", choices=["test", "benchmark"])
-    parser.add_argument("--submission", metavar="FILE",
-                        help="file defining custom_kernel (default: ./submission.py; without a GPU, "
-                             f"{REFERENCE_SUBMISSION} for the tests, and submission.py is inspected)")
-    parser.add_argument("--only", type=int, metavar="N", help="run only test or benchmark number N")
+    parser.add_argument("--submission", metavar="FILE", type=Path,
+                        help="file defining custom_kernel (default: submission.py next to eval.py; "
+                             "without a GPU, `test` uses tests/ref_submission.py instead)")
+    parser.add_argument("--only", type=int, metavar="N", help="run only test or benchmark number N (from 1)")
+    parser.add_argument("--inspect", action=argparse.BooleanOptionalAction, default=None,
+                        help="`test`: run the sm_100a inspection (default: only in a full run without a GPU)")
+    parser.add_argument("--verbose", "-v", action="store_true",
+                        help="show the full traceback when the submission fails to import or raises")
+    parser.add_argument("--plot", metavar="FILE.png", type=Path,
+                        help="`benchmark`: draw the times against speed of light and the published "
+                             "anchors (needs matplotlib)")
+    return parser
+
+
+def local_main(argv: list[str]) -> int:
+    sys.stdout.reconfigure(line_buffering=True)  # rows appear as they are made, also in a pipe
+    options = None
     try:
-        options = parser.parse_args(argv)
+        options = make_parser().parse_args(argv)
         tests, benchmarks, sol_us = load_task(ROOT / "task.yml")
         cases = _select_cases(tests if options.mode == "test" else benchmarks, options.only, sol_us)
+        if options.mode == "test" and options.plot:
+            raise UsageError("--plot applies to benchmark")
+        if options.mode == "benchmark" and options.inspect is not None:
+            raise UsageError("--inspect/--no-inspect apply to test")
+        if options.plot:
+            _plot_module()  # before any benchmark runs: a missing matplotlib is said at once
         if options.mode == "benchmark" and not torch.cuda.is_available():
             print("eval.py: benchmark skipped: no CUDA GPU here (timing needs CUDA events); "
                   "run it on a GPU machine", file=sys.stderr)
             return 3
-        if options.submission is None:
-            options.submission = "submission.py"
-            if not torch.cuda.is_available() and options.mode == "test":
-                # submission.py's kernels need a GPU; the reference path still checks the harness,
-                # and the sm_100a inspection (run after the tests) checks submission.py's kernel.
-                options.submission = str(REFERENCE_SUBMISSION)
-                print(f"no CUDA GPU: testing the harness with {REFERENCE_SUBMISSION} (the reference); "
-                      "submission.py is checked by the sm_100a inspection below")
-        load_submission(options.submission)
+        submission = options.submission or DEFAULT_SUBMISSION
+        inspect = options.mode == "test" and (options.inspect if options.inspect is not None else (
+            options.only is None and not torch.cuda.is_available()))
+        if options.submission is None and options.mode == "test" and not torch.cuda.is_available():
+            # submission.py's kernels need a GPU; the reference path still checks the harness,
+            # and the sm_100a inspection (on full runs) checks submission.py's kernel.
+            submission = REFERENCE_SUBMISSION
+            inspected_note = f"; {_shown(DEFAULT_SUBMISSION)} is checked by the sm_100a inspection below"
+            print(f"no CUDA GPU: testing the harness with {_shown(REFERENCE_SUBMISSION)} (the reference)"
+                  + (inspected_note if inspect else ""))
+        load_submission(str(submission))
     except UsageError as error:
+        if options is not None and options.verbose and error.details:
+            print(error.details, file=sys.stderr, end="")
         print(f"eval.py: {error}", file=sys.stderr)
         return 2
     set_seed(42)
-    if options.mode == "test":
-        return local_test(cases, options.submission)
-    return local_benchmark(cases, options.submission)
+    if options.mode == "benchmark":
+        return local_benchmark(cases, submission, options.plot, options.verbose)
+    inspected = (options.submission or DEFAULT_SUBMISSION) if inspect else None
+    return local_test(cases, submission, inspected, options.verbose)
 
 
 def main() -> int:

@@ -25,15 +25,15 @@ def harness_dir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def run_eval(cwd: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    """`python eval.py ARGS` in cwd, locally (no POPCORN_FD)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("POPCORN_FD", "POPCORN_SEED")}
-    return subprocess.run([sys.executable, "eval.py", *args], cwd=cwd, env=env, text=True,
+def run_eval(cwd: Path, *args: str, timeout: int = 300, script="eval.py", env=None) -> subprocess.CompletedProcess:
+    """`python SCRIPT ARGS` in cwd, locally (no POPCORN_FD)."""
+    env = {k: v for k, v in (env or os.environ).items() if k not in ("POPCORN_FD", "POPCORN_SEED")}
+    return subprocess.run([sys.executable, str(script), *args], cwd=cwd, env=env, text=True,
                           capture_output=True, stdin=subprocess.DEVNULL, timeout=timeout)
 
 
-def run_popcorn(cwd: Path, mode: str, spec: str, seed=None, timeout: int = 300):
-    """Run eval.py as the board does: spec file argument, results on the file descriptor named by
+def run_popcorn(cwd: Path, mode: str, spec: str, seed=None, timeout: int = 300, script="eval.py"):
+    """Run SCRIPT as the board does: spec file argument, results on the file descriptor named by
     POPCORN_FD. Returns (completed process, {key: value} of the result lines, the raw lines)."""
     (cwd / "spec.txt").write_text(spec)
     env = {k: v for k, v in os.environ.items() if k != "POPCORN_SEED"}
@@ -41,7 +41,7 @@ def run_popcorn(cwd: Path, mode: str, spec: str, seed=None, timeout: int = 300):
         env["POPCORN_SEED"] = str(seed)
     with open(cwd / "popcorn.out", "w") as out:
         env["POPCORN_FD"] = str(out.fileno())
-        done = subprocess.run([sys.executable, "eval.py", mode, "spec.txt"], cwd=cwd, env=env,
+        done = subprocess.run([sys.executable, str(script), mode, "spec.txt"], cwd=cwd, env=env,
                               text=True, capture_output=True, stdin=subprocess.DEVNULL,
                               pass_fds=[out.fileno()], timeout=timeout)
     lines = (cwd / "popcorn.out").read_text().splitlines()

@@ -34,8 +34,8 @@ def test_floor_is_flops_over_rate_in_microseconds():
     assert bench_h200.floor_us(2 * 1024 * 4096 * 7168, 750e12) == pytest.approx(80.17, abs=0.01)
 
 
-ROWS = [bench_h200.Row(1, 8, 50.0, 223.0, "grouped_mm", 80.0),
-        bench_h200.Row(4, 2, None, 42.5, "matmul loop", 8.6)]
+ROWS = [bench_h200.Row(1, 8, 50.0, 56.0, 1, 223.0, "grouped_mm", 80.0),
+        bench_h200.Row(4, 2, None, None, 0, 42.5, "matmul loop", 8.6)]
 CONTEXT = ["device: X", "command: `python tools/bench_h200.py`"]
 
 
@@ -43,20 +43,31 @@ def test_markdown_table():
     lines = bench_h200.format_table(ROWS, CONTEXT, markdown=True).splitlines()
     assert lines[:3] == ["- device: X", "- command: `python tools/bench_h200.py`", ""]
     assert lines[3] == "| " + " | ".join(bench_h200.MARKDOWN_HEADER) + " |"
-    assert lines[4] == "| --- | --- | --- | --- | --- | --- | --- |"
-    assert lines[5] == "| 1 | 8 | 50.0 | 223.0 | 80.0 | 0.22 | 0.62 |"
-    assert lines[6] == "| 4 | 2 | FAIL | 42.5 (matmul loop) | 8.6 | - | - |"
+    assert lines[4] == "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    # mean, median, repeats over 2x the median; the ratios use the mean, the board's statistic
+    assert lines[5] == "| 1 | 8 | 56.0 | 50.0 | 1 | 223.0 | 80.0 | 0.25 | 0.70 |"
+    assert lines[6] == "| 4 | 2 | FAIL | - | - | 42.5 (matmul loop) | 8.6 | - | - |"
 
 
 def test_text_table_is_aligned_and_last():
     lines = bench_h200.format_table(ROWS, CONTEXT, markdown=False).splitlines()
     assert lines[:2] == CONTEXT
     table = lines[2:]
-    assert table[0].split() == ["bench", "G", "submission", "us", "(a)", "grouped_mm", "us", "(b)",
-                                "floor", "us", "sub/(a)", "sub/(b)"]
+    assert table[0].split() == ["bench", "G", "mean", "us", "median", "us", ">2x", "med", "(a)", "grouped_mm", "us",
+                                "(b)", "floor", "us", "mean/(a)", "mean/(b)"]
     assert len({len(line) for line in table}) == 1  # right-aligned columns
-    assert table[1].split() == ["1", "8", "50.0", "223.0", "80.0", "0.22", "0.62"]
-    assert table[2].split() == ["4", "2", "FAIL", "42.5", "(matmul", "loop)", "8.6", "-", "-"]
+    assert table[1].split() == ["1", "8", "56.0", "50.0", "1", "223.0", "80.0", "0.25", "0.70"]
+    assert table[2].split() == ["4", "2", "FAIL", "-", "-", "42.5", "(matmul", "loop)", "8.6", "-", "-"]
+
+
+def test_summary_line_gives_mean_and_median_and_flags_slow_repeats():
+    summary = bench_h200.harness.summarize_repeats([300.0, 100.0, 101.0, 99.0])
+    text = bench_h200._summary("submission", summary)
+    first, second = text.splitlines()
+    assert first.startswith("  submission: mean 150.00 ± ") and "median 100.50" in first and "4 repeats" in first
+    assert second == ("    1 of 4 repeats slower than 2x the median (100.50 us): #1 300.00 us; "
+                      "the mean counts them, as the board's does")
+    assert "\n" not in bench_h200._summary("(a)", bench_h200.harness.summarize_repeats([1.0, 1.1, 0.9]))
 
 
 def test_without_a_gpu_it_says_so_in_one_line_and_exits_2():
@@ -107,9 +118,9 @@ def test_on_a_gpu_the_tool_times_the_reference_submission():
     header, separator, row = parse_markdown_table(done.stdout)
     assert header == bench_h200.MARKDOWN_HEADER and set(separator) == {"---"}
     assert row[:2] == ["4", "2"]
-    submission, baseline, floor, ratio_a, ratio_b = (float(c.split()[0]) for c in row[2:])
-    assert 0 < floor < baseline and 0 < submission
+    mean, median, slow, baseline, floor, ratio_a, ratio_b = (float(c.split()[0]) for c in row[2:])
+    assert 0 < floor < baseline and 0 < median and 0 < mean and 0 <= slow <= 3
     # The ratios come from unrounded times, the printed times are rounded to 0.1 us.
-    assert ratio_a == pytest.approx(submission / baseline, rel=0.01)
-    assert ratio_b == pytest.approx(submission / floor, rel=0.01)
+    assert ratio_a == pytest.approx(mean / baseline, rel=0.01)
+    assert ratio_b == pytest.approx(mean / floor, rel=0.01)
     assert "bf16 dense matmul rate" in done.stdout and "command: `python" in done.stdout

@@ -1,4 +1,9 @@
 """eval.py: the spec parser, task.yml, and whole runs in both faces (local, and the board's protocol)."""
+import io
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -50,6 +55,34 @@ def test_stats_match_their_definition():
     assert stats.err == pytest.approx(stats.std / 2)
 
 
+def test_repeats_summary_flags_repeats_over_twice_the_median():
+    summary = harness.summarize_repeats([50.0, 10.0, 11.0, 9.0, 10.5, 21.0, 10.0])
+    assert summary.median == 10.5 and summary.stats.mean == pytest.approx(121.5 / 7)
+    assert summary.slow == [(1, 50.0)]  # 21.0 is exactly 2x the median: not flagged
+    line = harness.describe_slow_repeats(summary)
+    assert line.startswith("1 of 7 repeats slower than 2x the median (10.50 us): #1 50.00 us;")
+    assert "the mean counts them" in line
+    assert harness.describe_slow_repeats(harness.summarize_repeats([10.0, 11.0, 12.0])) == ""
+    many = harness.summarize_repeats([1.0] * 10 + [5.0] * 7)
+    assert many.median == 1.0 and "#11 5.00 us" in harness.describe_slow_repeats(many)
+    assert harness.describe_slow_repeats(many).count("#") == 5 and "and 2 more" in harness.describe_slow_repeats(many)
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_line_rewrites_itself_on_a_terminal_only():
+    terminal, pipe = _Terminal(), io.StringIO()
+    for stream in (terminal, pipe):
+        progress = harness.ProgressLine(stream)
+        progress.show("benchmark 1: 3 timed repeats, 1 s")
+        progress.clear()
+    assert terminal.getvalue() == "\r\033[Kbenchmark 1: 3 timed repeats, 1 s\r\033[K"
+    assert pipe.getvalue() == ""
+
+
 def test_task_yml_reader_agrees_with_yaml_and_the_board():
     yaml = pytest.importorskip("yaml")  # eval.py itself does not need it
     raw = yaml.safe_load((ROOT / "task.yml").read_text())
@@ -78,8 +111,25 @@ def test_local_test_one_case(harness_dir):
     rows = [line.split() for line in done.stdout.splitlines()]
     assert ["1", "pass"] == rows[2][:2] and rows[2][-3:] == ["96,128", "128,256", "256,512"]
     assert "1 of 1 passed" in done.stdout
-    if not torch.cuda.is_available():
-        assert "inspection: tools/inspect_sm100.py not found, skipped" in done.stdout
+    assert "inspection" not in done.stdout  # --only does not pay for it
+
+
+def test_default_paths_do_not_depend_on_the_current_directory(harness_dir, tmp_path_factory):
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    done = run_eval(elsewhere, "test", "--only", "1", script=harness_dir / "eval.py")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 of 1 passed" in done.stdout
+    # eval.py's own folder's submission.py, or its tests/ref_submission.py without a GPU
+    assert str(harness_dir) in done.stdout
+
+
+def test_help_documents_both_faces(harness_dir):
+    done = run_eval(harness_dir, "--help")
+    assert done.returncode == 0
+    text = " ".join(done.stdout.split())
+    for words in ("POPCORN_FD=N python eval.py MODE SPEC_FILE", "test, benchmark, leaderboard or profile",
+                  "112", "113", "--submission", "--only", "--verbose", "--plot", "--inspect", "mean"):
+        assert words in text, words
 
 
 def test_local_test_all_cases_default_submission(harness_dir):
@@ -101,19 +151,68 @@ def test_local_test_reports_a_crashing_kernel(harness_dir):
     (harness_dir / "crash.py").write_text("def custom_kernel(data):\n    raise RuntimeError('boom')\n")
     done = run_eval(harness_dir, "test", "--submission", "crash.py", "--only", "3")
     assert done.returncode == 1
-    assert "FAIL" in done.stdout and "RuntimeError: boom (at crash.py:2)" in done.stdout
+    assert "FAIL" in done.stdout and "custom_kernel raised RuntimeError: boom (at crash.py:2)" in done.stdout
+    assert "Traceback" not in done.stdout + done.stderr
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="the inspection runs only without a GPU")
-@pytest.mark.parametrize("exit_code", [0, 1])
-def test_local_test_runs_the_inspection_tool(harness_dir, exit_code):
+def test_an_error_is_placed_in_the_users_code_not_in_a_library(harness_dir):
+    (harness_dir / "crash.py").write_text("import json\n\ndef custom_kernel(data):\n    return json.loads('{')\n")
+    done = run_eval(harness_dir, "test", "--submission", "crash.py", "--only", "1")
+    assert done.returncode == 1
+    assert "custom_kernel raised JSONDecodeError: " in done.stdout and "(at crash.py:4)" in done.stdout
+
+
+def test_verbose_shows_the_full_traceback(harness_dir):
+    (harness_dir / "crash.py").write_text("def custom_kernel(data):\n    raise RuntimeError('boom')\n")
+    done = run_eval(harness_dir, "test", "--submission", "crash.py", "--only", "3", "--verbose")
+    assert done.returncode == 1
+    assert "| Traceback (most recent call last):" in done.stdout
+    assert "raise RuntimeError('boom')" in done.stdout and "RuntimeError: boom" in done.stdout
+    (harness_dir / "raises.py").write_text("raise ImportError('no such thing')\n")
+    done = run_eval(harness_dir, "test", "--submission", "raises.py", "--verbose")
+    assert done.returncode == 2
+    assert "Traceback (most recent call last)" in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == "eval.py: cannot import raises.py: ImportError: no such thing (at raises.py:1)"
+
+
+SM100_SUBMISSION = WRONG_SUBMISSION + "\n\ndef compile_sm100(num_groups):\n    return None\n"
+FAKE_INSPECTION = ("import pathlib, sys\nprint('inspected', sys.argv[1], pathlib.Path(sys.argv[2]).resolve())\n"
+                   "raise SystemExit(0 if 'pass' in open(sys.argv[2]).read() else 1)\n")
+
+
+@pytest.mark.parametrize("verdict", ["pass", "fail"])
+def test_inspection_runs_on_the_file_under_test(harness_dir, verdict):
     (harness_dir / "tools").mkdir()
-    (harness_dir / "tools" / "inspect_sm100.py").write_text(
-        f"print('kernel  verdict')\nprint('g2      fake-{exit_code}')\nraise SystemExit({exit_code})\n")
-    done = run_eval(harness_dir, "test", "--only", "1")
-    assert "g2      fake-" + str(exit_code) in done.stdout
-    assert done.returncode == exit_code
-    assert ("inspection: pass" if exit_code == 0 else "inspection: FAIL (exit code 1)") in done.stdout
+    (harness_dir / "tools" / "inspect_sm100.py").write_text(FAKE_INSPECTION)
+    (harness_dir / "sm100.py").write_text(f"# {verdict}\nfrom reference import ref_kernel as custom_kernel\n"
+                                          "def compile_sm100(num_groups):\n    return None\n")
+    done = run_eval(harness_dir, "test", "--submission", "sm100.py", "--only", "1", "--inspect")
+    assert f"inspected --submission {(harness_dir / 'sm100.py').resolve()}\n" in done.stdout
+    assert done.returncode == (0 if verdict == "pass" else 1), done.stdout + done.stderr
+    assert ("inspection: pass" if verdict == "pass" else "inspection: FAIL (exit code 1)") in done.stdout
+
+
+def test_inspection_skips_a_file_without_an_sm100_kernel(harness_dir):
+    (harness_dir / "tools").mkdir()
+    (harness_dir / "tools" / "inspect_sm100.py").write_text(FAKE_INSPECTION)
+    done = run_eval(harness_dir, "test", "--submission", "tests/ref_submission.py", "--only", "1", "--inspect")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "inspection: skipped, tests/ref_submission.py defines no compile_sm100" in done.stdout
+    assert "inspected" not in done.stdout
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the default inspection runs only without a GPU")
+def test_a_full_run_without_a_gpu_inspects_unless_told_not_to(harness_dir):
+    (harness_dir / "tools").mkdir()
+    (harness_dir / "tools" / "inspect_sm100.py").write_text(FAKE_INSPECTION)
+    (harness_dir / "submission.py").write_text("# pass\nfrom reference import ref_kernel as custom_kernel\n"
+                                               "def compile_sm100(num_groups):\n    return None\n")
+    done = run_eval(harness_dir, "test")  # tests the reference, inspects submission.py
+    assert done.returncode == 0 and "10 of 10 passed" in done.stdout, done.stdout + done.stderr
+    assert f"inspected --submission {(harness_dir / 'submission.py').resolve()}\n" in done.stdout
+    done = run_eval(harness_dir, "test", "--no-inspect")
+    assert done.returncode == 0 and "10 of 10 passed" in done.stdout
+    assert "inspected" not in done.stdout and "inspection" not in done.stdout
 
 
 @pytest.mark.parametrize("args, message", [
@@ -125,6 +224,8 @@ def test_local_test_runs_the_inspection_tool(harness_dir, exit_code):
     (["test", "--submission", "syntax.py"], "cannot import syntax.py: SyntaxError"),
     (["test", "--submission", "empty.py"], "empty.py defines no function custom_kernel"),
     (["test", "--submission", "raises.py"], "cannot import raises.py: ImportError: no such thing"),
+    (["test", "--plot", "x.png"], "--plot applies to benchmark"),
+    (["benchmark", "--no-inspect"], "--inspect/--no-inspect apply to test"),
 ])
 def test_local_bad_use_is_one_line_and_exit_2(harness_dir, args, message):
     (harness_dir / "syntax.py").write_text("def custom_kernel(data)\n    return data\n")
@@ -147,7 +248,8 @@ def test_local_benchmark_without_gpu_is_skipped_with_exit_3(harness_dir):
 
 
 def test_popcorn_test_mode_passes(harness_dir):
-    done, result, lines = run_popcorn(harness_dir, "test", SPEC_2_GROUPS + SPEC_1_GROUP)
+    # Blank lines are skipped (the board's parser would reject them).
+    done, result, lines = run_popcorn(harness_dir, "test", "\n" + SPEC_2_GROUPS + "  \n" + SPEC_1_GROUP + "\n\n")
     assert done.returncode == 0, done.stderr
     assert lines == [
         "test-count: 2",
@@ -172,11 +274,19 @@ def test_popcorn_test_mode_reports_a_wrong_kernel(harness_dir):
     assert result["test.0.error"].startswith("mismatch found! custom implementation doesn't match reference")
 
 
-@pytest.mark.parametrize("spec", ["m: [40]; n: 1.5\n", SPEC_1_GROUP + "\n" + SPEC_1_GROUP])
-def test_popcorn_malformed_spec_exits_113(harness_dir, spec):
+@pytest.mark.parametrize("spec, reason", [
+    ("m: [40]; n: 1.5\n", "'m: [40]; n: 1.5': ' n: 1.5'"),
+    (SPEC_1_GROUP + "seed: x\n", "seed must be an integer, got 'x'"),
+    ("m: [96]; n: [128 256]; k: [256]; g: 1; seed: 3\n", "n must be a list of positive integers"),
+    ("m: [96]; n: [128]; k: [256]; g: 2; seed: 3\n", "g = 2 groups, but m, n, k have"),
+    ("m: 96; n: [128]; k: [256]; g: 1; seed: 3\n", "m must be a list of positive integers"),
+    ("m: [0]; n: [128]; k: [256]; g: 1; seed: 3\n", "m must be a list of positive integers"),
+    ("m: [96]; n: [128]; k: [256]; g: 1; sed: 3\n", "unknown key 'sed'"),
+])
+def test_popcorn_malformed_spec_exits_113(harness_dir, spec, reason):
     done, _, lines = run_popcorn(harness_dir, "test", spec)
     assert done.returncode == 113 and lines == []
-    assert stderr_is_one_line(done) and "invalid test case" in done.stderr
+    assert stderr_is_one_line(done) and "invalid test case" in done.stderr and reason in done.stderr, done.stderr
 
 
 def test_popcorn_unknown_mode_exits_2(harness_dir):
@@ -185,12 +295,44 @@ def test_popcorn_unknown_mode_exits_2(harness_dir):
     assert stderr_is_one_line(done) and "unknown mode 'script'" in done.stderr
 
 
-def test_popcorn_broken_submission_is_one_line(harness_dir):
+@pytest.mark.parametrize("mode", ["test", "benchmark", "leaderboard", "profile"])
+def test_popcorn_unimportable_submission_fails_each_case_in_one_line(harness_dir, mode):
     (harness_dir / "submission.py").write_text("import no_such_module_here\n")
-    done, _, lines = run_popcorn(harness_dir, "test", SPEC_1_GROUP)
-    assert done.returncode == 1
-    assert lines == ["test-count: 1", "test.0.spec: " + SPEC_1_GROUP.strip()]
-    assert stderr_is_one_line(done) and "No module named 'no_such_module_here'" in done.stderr
+    done, result, lines = run_popcorn(harness_dir, mode, SPEC_1_GROUP)
+    assert done.returncode == (0 if mode == "leaderboard" else 112), done.stderr
+    assert "Traceback" not in done.stderr
+    kind = "test" if mode == "test" else "benchmark"
+    assert result[f"{kind}.0.status"] == "fail" and result["check"] == "fail"
+    if torch.cuda.is_available() or mode in ("test", "profile"):
+        assert result[f"{kind}.0.error"] == ("cannot import submission.py: ModuleNotFoundError: "
+                                             "No module named 'no_such_module_here' (at submission.py:1)")
+
+
+def test_popcorn_raising_submission_fails_in_one_line(harness_dir):
+    (harness_dir / "submission.py").write_text("def custom_kernel(data):\n    raise RuntimeError('no GPU here')\n")
+    done, result, lines = run_popcorn(harness_dir, "test", SPEC_2_GROUPS + SPEC_1_GROUP)
+    assert done.returncode == 112 and "Traceback" not in done.stderr, done.stderr
+    assert lines[2:4] == ["test.0.status: fail",
+                          "test.0.error: custom_kernel raised RuntimeError: no GPU here (at submission.py:2)"]
+    assert result["test.1.status"] == "fail" and result["check"] == "fail"
+
+
+def test_popcorn_without_the_descriptor_open_writes_to_stdout(harness_dir):
+    (harness_dir / "spec.txt").write_text(SPEC_1_GROUP)
+    env = {k: v for k, v in os.environ.items() if k != "POPCORN_SEED"}
+    env["POPCORN_FD"] = "97"  # not open in the child
+    done = subprocess.run([sys.executable, "eval.py", "test", "spec.txt"], cwd=harness_dir, env=env,
+                          text=True, capture_output=True, stdin=subprocess.DEVNULL, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert stderr_is_one_line(done) and "file descriptor 97 (POPCORN_FD) is not open" in done.stderr
+    assert done.stdout.splitlines() == ["test-count: 1", "test.0.spec: " + SPEC_1_GROUP.strip(),
+                                        "test.0.status: pass", "check: pass"]
+
+
+def test_popcorn_from_another_directory_uses_eval_pys_folder(harness_dir, tmp_path_factory):
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    done, result, _ = run_popcorn(elsewhere, "test", SPEC_1_GROUP, script=harness_dir / "eval.py")
+    assert done.returncode == 0 and result["check"] == "pass", done.stderr
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without a GPU")

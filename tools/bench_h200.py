@@ -4,10 +4,14 @@
 
 Per benchmark, the same timing protocol for both contenders (eval.py's, which is the board's): 15 inputs
 from reference.generate_input (seed + 42 each), then per timed repeat an L2 flush (utils.clear_l2_cache),
-CUDA events around 15 back-to-back calls, elapsed / 15; warm-up repeats first; the median of --repeats.
-  submission: custom_kernel of FILE, its outputs checked once with reference.check_implementation.
+CUDA events around 15 back-to-back calls, elapsed / 15; --repeats timed repeats.
+  submission: custom_kernel of FILE, its outputs checked once on clones with
+      reference.check_implementation; then, as on the board, the timed repeats start at once, so the
+      first is the first call on the original inputs. Its mean (the board's statistic) and median
+      are reported, and every repeat slower than 2x the median is flagged.
   (a) torch._grouped_mm in bf16 with A and B dequantized to bf16 ahead of time, outside the timing
-      (a loop of per-group torch.matmul where torch._grouped_mm is missing or refuses; the table says so).
+      (a loop of per-group torch.matmul where torch._grouped_mm is missing or refuses; the table says so);
+      warm-up repeats first, then the median.
   (b) the fp16/bf16 tensor-core floor: 2 * sum(M * N * K) / the bf16 matmul rate measured in this run.
 Exit status: 0 all good, 1 the submission failed on a benchmark, 2 bad use or no GPU.
 """
@@ -42,7 +46,9 @@ RATE_REPEATS = 20
 class Row:
     bench: int
     groups: int
-    submission_us: Optional[float]  # None: the submission failed
+    submission_us: Optional[float]  # median of the repeats; None: the submission failed
+    submission_mean_us: Optional[float]  # the board's statistic
+    slow_repeats: int  # repeats slower than 2x the median
     baseline_us: float
     baseline_method: str  # "grouped_mm" or "matmul loop"
     floor_us: float
@@ -67,16 +73,21 @@ def _ratio(numerator: Optional[float], denominator: float) -> str:
 
 def _cells(row: Row) -> list[str]:
     baseline = f"{row.baseline_us:.1f}" + ("" if row.baseline_method == "grouped_mm" else " (matmul loop)")
-    submission = "FAIL" if row.submission_us is None else f"{row.submission_us:.1f}"
-    return [str(row.bench), str(row.groups), submission, baseline, f"{row.floor_us:.1f}",
-            _ratio(row.submission_us, row.baseline_us), _ratio(row.submission_us, row.floor_us)]
+    failed = row.submission_us is None
+    mean = "FAIL" if failed else f"{row.submission_mean_us:.1f}"
+    median = "-" if failed else f"{row.submission_us:.1f}"
+    slow = "-" if failed else str(row.slow_repeats)
+    return [str(row.bench), str(row.groups), mean, median, slow, baseline, f"{row.floor_us:.1f}",
+            _ratio(row.submission_mean_us, row.baseline_us), _ratio(row.submission_mean_us, row.floor_us)]
 
 
-MARKDOWN_HEADER = ["bench", "G", "submission µs (median)",
+MARKDOWN_HEADER = ["bench", "G", "submission µs (mean, the board's statistic)", "submission µs (median)",
+                   "repeats > 2x median",
                    "(a) torch._grouped_mm bf16, weights dequantized ahead of time, µs",
                    "(b) fp16 tensor-core floor µs = FLOPs ÷ bf16 matmul rate",
-                   "submission / (a)", "submission / (b)"]
-TEXT_HEADER = ["bench", "G", "submission us", "(a) grouped_mm us", "(b) floor us", "sub/(a)", "sub/(b)"]
+                   "submission mean / (a)", "submission mean / (b)"]
+TEXT_HEADER = ["bench", "G", "mean us", "median us", ">2x med", "(a) grouped_mm us", "(b) floor us",
+               "mean/(a)", "mean/(b)"]
 
 
 def format_table(rows: list[Row], context: list[str], markdown: bool) -> str:
@@ -84,9 +95,10 @@ def format_table(rows: list[Row], context: list[str], markdown: bool) -> str:
     cells = [_cells(row) for row in rows]
     if markdown:
         lines = [f"- {line}" for line in context] + [""]
-        lines += ["| " + " | ".join(r) + " |" for r in [MARKDOWN_HEADER, ["---"] * 7] + cells]
+        separator = ["---"] * len(MARKDOWN_HEADER)
+        lines += ["| " + " | ".join(r) + " |" for r in [MARKDOWN_HEADER, separator] + cells]
         return "\n".join(lines)
-    widths = [max(len(r[i]) for r in [TEXT_HEADER] + cells) for i in range(7)]
+    widths = [max(len(r[i]) for r in [TEXT_HEADER] + cells) for i in range(len(TEXT_HEADER))]
     lines = list(context)
     lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in [TEXT_HEADER] + cells]
     return "\n".join(lines)
@@ -156,12 +168,13 @@ def check_baseline(output: torch.Tensor, data) -> None:
 # Timing (CUDA).
 
 
-def time_per_call_us(call: Callable, inputs: list, repeats: int) -> list[float]:
-    """eval.py's timed repeat (the board's), with a fixed number of repeats so that the median is
-    over a known count; eval.py's own loop returns only its mean-based Stats and times only
-    submission.custom_kernel. Returns one duration per repeat, in microseconds per call."""
+def time_per_call_us(call: Callable, inputs: list, repeats: int, warmup: int) -> list[float]:
+    """eval.py's timed repeat (the board's), `warmup` untimed repeats first, then a fixed number
+    of repeats so that mean and median are over a known count (eval.py's loop stops on its own
+    criteria and times only submission.custom_kernel). One duration per timed repeat, in
+    microseconds per call."""
     durations = []
-    for repeat in range(WARMUP_REPEATS + repeats):
+    for repeat in range(warmup + repeats):
         torch.cuda.synchronize()
         clear_l2_cache()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -170,7 +183,7 @@ def time_per_call_us(call: Callable, inputs: list, repeats: int) -> list[float]:
         end.record()
         torch.cuda.synchronize()
         del outputs
-        if repeat >= WARMUP_REPEATS:
+        if repeat >= warmup:
             durations.append(start.elapsed_time(end) * 1e3 / len(inputs))
     return durations
 
@@ -199,10 +212,12 @@ def first_failure(inputs: list, outputs: list) -> Optional[str]:
     return None
 
 
-def _summary(name: str, durations_us: list[float]) -> str:
-    stats = harness.calculate_stats(durations_us)
-    return (f"  {name}: median {statistics.median(durations_us):.2f} us, mean {stats.mean:.2f}"
-            f" ± {stats.err:.2f}, best {stats.best:.2f}, worst {stats.worst:.2f}, {stats.runs} repeats")
+def _summary(name: str, summary: harness.RepeatSummary) -> str:
+    stats = summary.stats
+    line = (f"  {name}: mean {stats.mean:.2f} ± {stats.err:.2f} us, median {summary.median:.2f}, "
+            f"best {stats.best:.2f}, worst {stats.worst:.2f}, {stats.runs} repeats")
+    slow = harness.describe_slow_repeats(summary)
+    return line + (f"\n    {slow}" if slow else "")
 
 
 def measure(case: harness.Case, repeats: int, rate: float) -> tuple[Row, str]:
@@ -215,16 +230,16 @@ def measure(case: harness.Case, repeats: int, rate: float) -> tuple[Row, str]:
         inputs.append(generate_input(**args))
     print(f"bench {case.number}: {case.test.spec}", flush=True)
 
-    submission_us = None
+    submission = None
     try:
         check_copy = harness._clone_data(inputs)
         outputs = [custom_kernel(harness._clone_data(data)) for data in inputs]
         failure = first_failure(check_copy, outputs)
         del check_copy, outputs
         if failure is None:
-            durations = time_per_call_us(custom_kernel, inputs, repeats)
-            submission_us = statistics.median(durations)
-            print(_summary("submission", durations), flush=True)
+            # No warm-up: as on the board, the first timed repeat is the first call on these inputs.
+            submission = harness.summarize_repeats(time_per_call_us(custom_kernel, inputs, repeats, warmup=0))
+            print(_summary("submission", submission), flush=True)
     except Exception as error:  # a kernel for another GPU, say: the baselines are still worth having
         failure = f"custom_kernel raised {harness._describe(error)}"
     if failure is not None:
@@ -233,10 +248,13 @@ def measure(case: harness.Case, repeats: int, rate: float) -> tuple[Row, str]:
     dense = [dequantize_input(data) for data in inputs]
     baseline, method, note = pick_baseline(dense[0])
     check_baseline(baseline(dense[0]), inputs[0])
-    durations = time_per_call_us(baseline, dense, repeats)
-    print(_summary(f"(a) {method}", durations), flush=True)
-    row = Row(case.number, case.test.args["g"], submission_us, statistics.median(durations), method,
-              floor_us(gemm_flops(case.test.args), rate))
+    baseline_summary = harness.summarize_repeats(time_per_call_us(baseline, dense, repeats, WARMUP_REPEATS))
+    print(_summary(f"(a) {method}", baseline_summary), flush=True)
+    row = Row(case.number, case.test.args["g"],
+              None if submission is None else submission.median,
+              None if submission is None else submission.stats.mean,
+              0 if submission is None else len(submission.slow),
+              baseline_summary.median, method, floor_us(gemm_flops(case.test.args), rate))
     del inputs, dense
     torch.cuda.empty_cache()
     return row, note
@@ -244,18 +262,17 @@ def measure(case: harness.Case, repeats: int, rate: float) -> tuple[Row, str]:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="bench_h200.py", description=__doc__.split("\n")[0])
-    parser.add_argument("--submission", default="submission.py", metavar="FILE",
-                        help="file defining custom_kernel (default: ./submission.py)")
+    parser.add_argument("--submission", default=str(ROOT / "submission.py"), metavar="FILE",
+                        help="file defining custom_kernel (default: the repository's submission.py)")
     parser.add_argument("--only", type=int, metavar="N", help="only benchmark number N (1-based)")
     parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, metavar="N",
-                        help=f"timed repeats per measurement, median taken (default {DEFAULT_REPEATS})")
+                        help=f"timed repeats per measurement (default {DEFAULT_REPEATS})")
     parser.add_argument("--markdown", action="store_true", help="print the table in Markdown")
     options = parser.parse_args(argv)
     if options.repeats < 1:
         parser.error("--repeats must be at least 1")
     if not torch.cuda.is_available():
-        print("bench_h200.py needs a CUDA GPU (torch.cuda.is_available() is False): run it on the H200",
-              file=sys.stderr)
+        print("bench_h200.py needs a CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
         return 2
     try:
         _, benchmarks, sol_us = harness.load_task(ROOT / "task.yml")
@@ -280,8 +297,9 @@ def main(argv: list[str]) -> int:
         f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
         f"command: `python {shlex.join([sys.argv[0], *argv])}`",
         f"bf16 dense matmul rate: {rate / 1e12:.1f} TFLOP/s (torch.mm {RATE_SIZE}^3, median of "
-        f"{RATE_REPEATS}); times: median of {options.repeats} repeats of 15 calls, L2 flushed",
-        f"submission: {options.submission}; (a) {'; '.join(notes)}",
+        f"{RATE_REPEATS}); times: {options.repeats} repeats of 15 calls, L2 flushed before each; "
+        "the submission's first repeat is its first call on the inputs (no warm-up), as on the board",
+        f"submission: {harness._shown(Path(options.submission))}; (a) {'; '.join(notes)}",
     ]
     print()
     print(format_table(rows, context, options.markdown))

@@ -1,19 +1,31 @@
-"""Compile the sm_100a kernel for every configuration task.yml selects and check its SASS. No GPU needed.
+"""Compile a submission's sm_100a (B200) kernels without a GPU and check their PTX and SASS.
 
-    python tools/inspect_sm100.py [--task task.yml] [--submission submission.py]
+    python tools/inspect_sm100.py [--submission FILE] [--groups 1,2,3] [--keep DIR]
 
-For each group count in task.yml's tests and benchmarks (the kernel is compiled per group count), this
-compiles with CUTE_DSL_ARCH=sm_100a, keeps the cubin, disassembles it with cuobjdump (PyPI
-nvidia-cuda-cuobjdump + nvidia-cuda-nvdisasm) and prints per kernel: threads per CTA, registers per
-thread, shared memory, and counts of block-scaled MMAs (UTC*MMA), TMA loads (UTMALDG), TMA stores
-(UTMASTG), scale copies to TMEM (UTCCP) and local-memory loads/stores (LDL/STL).
-Exit status 1 if any kernel spills to local memory, lacks the block-scaled MMA or TMA loads, or needs
-more shared memory than an SM has; 2 if the tools are missing.
+For each group count, this calls the submission's `compile_sm100(num_groups)` with
+CUTE_DSL_ARCH=sm_100a. CuTe DSL writes every compiled module's cubin, PTX and host IR; each
+`cute.compile` inside `compile_sm100` is kept apart, so a group count may compile several kernel
+variants. Loading a module needs a B200 driver: without one that last step fails after the files
+are written, and `cute.compile` returns None here (so `compile_sm100` must not use its result
+beyond keeping it). cuobjdump (PyPI nvidia-cuda-cuobjdump + nvidia-cuda-nvdisasm) disassembles each
+cubin. One row per kernel: threads per CTA, registers, shared memory (static + the launch's
+dynamic bytes), PTX counts of tcgen05.mma, tcgen05.mma.cta_group::2 and tensormap.replace, SASS
+counts of block-scaled MMAs (UTC*MMA), TMA loads (UTMALDG) and stores (UTMASTG), scale copies to
+TMEM (UTCCP) and local-memory loads and stores (LDL/STL).
+
+A kernel fails if it spills to local memory or needs more than 232448 B of shared memory. A GEMM
+kernel (one whose PTX issues tcgen05.mma) also fails if its MMA is not cta_group::2, if it
+rewrites tensor maps (tensormap.replace), if it has no TMA loads or no block-scaled MMA in SASS,
+or if it runs fewer than 6 warps. A group count fails if none of its kernels issues tcgen05.mma.
+Exit status: 0 all good, 1 a check failed, 2 bad use or cuobjdump/nvdisasm missing.
+`--keep DIR` writes, per compiled module, gG_cI.cubin, .ptx and .sass (the full SASS) into DIR.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import glob
 import importlib.util
 import os
@@ -23,9 +35,17 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SM100_SMEM_PER_BLOCK = 232448  # 227 KiB: the opt-in maximum of dynamic shared memory per block
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_GROUPS = (1, 2, 3, 4, 5, 8, 16, 32)
+SM100_SMEM_PER_BLOCK = 232448  # 227 KiB: the opt-in maximum of shared memory per block
+MIN_GEMM_THREADS = 192  # 6 warps: TMA, MMA and 4 epilogue warps
+PTX_COUNTS = {
+    "mma": r"\btcgen05\.mma\b",
+    "mma_2cta": r"\btcgen05\.mma\.cta_group::2\b",
+    "tmap_repl": r"\btensormap\.replace\b",
+}
 SASS_COUNTS = {
     "UTC*MMA": r"\bUTC\w*MMA\b",
     "UTMALDG": r"\bUTMALDG\b",
@@ -36,14 +56,149 @@ SASS_COUNTS = {
 }
 
 
-def group_counts(task_path: str) -> list[int]:
-    """The distinct group counts of task.yml's tests and benchmarks (each is one compiled kernel)."""
-    with open(task_path) as f:
-        text = f.read()
-    counts = sorted({int(g) for g in re.findall(r"[\"']?\bg[\"']?\s*:\s*(\d+)", text)})
-    if not counts:
-        raise SystemExit(f"error: no group counts found in {task_path}")
-    return counts
+@dataclasses.dataclass
+class Kernel:
+    name: str
+    threads: int | None  # from the PTX's .reqntid / .maxntid
+    registers: int
+    local_bytes: int  # LOCAL + STACK of the resource usage
+    static_smem: int
+    dynamic_smem: int | None  # from the host IR's launch; None if no launch of it was found
+    counts: dict  # PTX_COUNTS and SASS_COUNTS names -> occurrences
+
+    @property
+    def smem(self) -> int | None:
+        return None if self.dynamic_smem is None else self.static_smem + self.dynamic_smem
+
+    @property
+    def issues_mma(self) -> bool:
+        return self.counts["mma"] > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading the compiler's output (pure functions of text; tests/test_inspect_sm100.py feeds them
+# synthetic PTX, SASS, resource usage and IR).
+
+
+def split_ptx_entries(ptx: str) -> dict[str, str]:
+    """Kernel name -> its PTX, from its `.entry` line up to the next `.entry` (or the end)."""
+    starts = list(re.finditer(r"^\s*(?:\.visible\s+)?\.entry\s+([\w$]+)", ptx, re.MULTILINE))
+    ends = [match.start() for match in starts[1:]] + [len(ptx)]
+    return {match[1]: ptx[match.start():end] for match, end in zip(starts, ends)}
+
+
+def ptx_threads(entry: str) -> int | None:
+    """Threads per CTA that the entry declares (.reqntid, else .maxntid), None if neither."""
+    for directive in ("reqntid", "maxntid"):
+        match = re.search(rf"\.{directive}\s+(\d+)(?:\s*,\s*(\d+))?(?:\s*,\s*(\d+))?", entry)
+        if match:
+            return int(match[1]) * int(match[2] or 1) * int(match[3] or 1)
+    return None
+
+
+def split_sass_functions(sass: str) -> dict[str, str]:
+    """Kernel name -> its SASS, as `cuobjdump --dump-sass` prints it (`Function : NAME` headers)."""
+    starts = list(re.finditer(r"^\s*Function\s*:\s*([\w$]+)", sass, re.MULTILINE))
+    ends = [match.start() for match in starts[1:]] + [len(sass)]
+    return {match[1]: sass[match.start():end] for match, end in zip(starts, ends)}
+
+
+def parse_resource_usage(text: str) -> dict[str, dict[str, int]]:
+    """`cuobjdump --dump-resource-usage` -> kernel name -> {REG, STACK, SHARED, LOCAL, ...}."""
+    usage, name = {}, None
+    for line in text.splitlines():
+        header = re.match(r"\s*Function\s+([\w$]+)\s*:", line)
+        if header:
+            name = header[1]
+        elif name and "REG:" in line:
+            usage[name] = {key: int(value) for key, value in re.findall(r"(\w+(?:\[\d+\])?):(\d+)", line)}
+            name = None
+    return usage
+
+
+def _ir_value(ir_lines: list[str], before: int, token: str) -> int | None:
+    """The integer an SSA value of the host IR holds, if it is a constant (possibly extended or
+    cast); searched backwards from line `before`, where the function using it is."""
+    named_constant = re.fullmatch(r"%c(\d+)_i\d+(?:_\d+)?", token)
+    if named_constant:
+        return int(named_constant[1])
+    definition = re.compile(rf"^\s*{re.escape(token)} = (arith\.\w+) (%[\w.]+|-?\d+)")
+    for index in range(before - 1, -1, -1):
+        match = definition.match(ir_lines[index])
+        if match:
+            op, operand = match[1], match[2]
+            if op == "arith.constant":
+                return int(operand)
+            if op in ("arith.extsi", "arith.extui", "arith.trunci", "arith.index_cast"):
+                return _ir_value(ir_lines, index, operand)
+            return None
+    return None
+
+
+def launch_dynamic_smem(ir: str) -> dict[str, int | None]:
+    """Kernel name -> dynamic shared memory bytes of its launch in the host IR
+    (`cuda.launch_cfg.create ... dynamicSmemBytes = %x` and `cuda.launch_ex @kernels::@NAME<%cfg>`)."""
+    lines = ir.splitlines()
+    smem_of_config = {}
+    kernels = {}
+    for index, line in enumerate(lines):
+        config = re.match(r"\s*(%[\w.]+) = cuda\.launch_cfg\.create\b.*dynamicSmemBytes = (%[\w.]+)", line)
+        if config:
+            smem_of_config[config[1]] = _ir_value(lines, index, config[2])
+        launch = re.search(r"cuda\.launch_ex @[\w$]+::@([\w$]+)<(%[\w.]+)>", line)
+        if launch:
+            kernels[launch[1]] = smem_of_config.get(launch[2])
+    return kernels
+
+
+def kernel_problems(kernel: Kernel) -> list[str]:
+    found = []
+    if kernel.counts["LDL"] or kernel.counts["STL"] or kernel.local_bytes:
+        found.append(f"spills to local memory ({kernel.counts['LDL']} LDL, {kernel.counts['STL']} STL, "
+                     f"{kernel.local_bytes} B local)")
+    if kernel.smem is None:
+        found.append("shared memory unknown: no launch of this kernel found in the host IR")
+    elif kernel.smem > SM100_SMEM_PER_BLOCK:
+        found.append(f"needs {kernel.smem} B of shared memory > {SM100_SMEM_PER_BLOCK}")
+    if kernel.issues_mma:
+        if not kernel.counts["mma_2cta"]:
+            found.append("tcgen05.mma is not cta_group::2 (no 2-CTA MMA)")
+        if kernel.counts["tmap_repl"]:
+            found.append(f"the GEMM kernel rewrites tensor maps "
+                         f"({kernel.counts['tmap_repl']} tensormap.replace)")
+        if not kernel.counts["UTMALDG"]:
+            found.append("no TMA loads (UTMALDG)")
+        if not kernel.counts["UTC*MMA"]:
+            found.append("no block-scaled tcgen05 MMA in the SASS (UTC*MMA)")
+        if kernel.threads is None or kernel.threads < MIN_GEMM_THREADS:
+            found.append(f"{kernel.threads} threads per CTA, fewer than {MIN_GEMM_THREADS} (6 warps)")
+    return found
+
+
+def group_count_problems(kernels: list[Kernel]) -> list[str]:
+    if not any(kernel.issues_mma for kernel in kernels):
+        return ["no kernel issues tcgen05.mma"]
+    return []
+
+
+def kernels_of_module(ptx: str, sass: str, usage: str, ir: str) -> list[Kernel]:
+    """The kernels of one compiled module, from its PTX, SASS, resource usage and host IR."""
+    ptx_entries, sass_functions = split_ptx_entries(ptx), split_sass_functions(sass)
+    resources, dynamic_smem = parse_resource_usage(usage), launch_dynamic_smem(ir)
+    kernels = []
+    for name, fields in resources.items():
+        ptx_text, sass_text = ptx_entries.get(name, ""), sass_functions.get(name, "")
+        counts = {key: len(re.findall(pattern, ptx_text)) for key, pattern in PTX_COUNTS.items()}
+        counts.update({key: len(re.findall(pattern, sass_text)) for key, pattern in SASS_COUNTS.items()})
+        kernels.append(Kernel(
+            name=name, threads=ptx_threads(ptx_text), registers=fields.get("REG", 0),
+            local_bytes=fields.get("LOCAL", 0) + fields.get("STACK", 0),
+            static_smem=fields.get("SHARED", 0), dynamic_smem=dynamic_smem.get(name), counts=counts))
+    return kernels
+
+
+# ---------------------------------------------------------------------------------------------
+# Compiling.
 
 
 def find_tool(name: str) -> str | None:
@@ -60,76 +215,77 @@ def find_tool(name: str) -> str | None:
     return None
 
 
-def compile_to_cubin(submission, num_groups: int, dump_dir: str):
-    """Compile for sm_100a; return (cubin path, kernel object, seconds). Loading the module needs a
-    B200 driver, so on a machine without one the JIT step fails after the cubin is written."""
-    # Every compile writes the same file name, so a new cubin is told by its modification time.
-    def cubins():
-        return {(path, os.stat(path).st_mtime_ns) for path in glob.glob(os.path.join(dump_dir, "*.cubin"))}
+@contextlib.contextmanager
+def each_compile_kept_apart(dump_dir: Path, modules: list[Path]):
+    """While active, each cute.compile moves the files CuTe DSL wrote into dump_dir (every module
+    gets the same file names) into a folder of its own, appended to `modules`. A compile that
+    fails only because the module cannot be loaded (no B200 driver), after its cubin is written,
+    returns None instead of raising, so that compile_sm100 goes on to its next variant."""
+    from cutlass.base_dsl.compiler import CompileCallable
 
-    before = cubins()
-    kernel = submission.Sm100GroupedGemm(num_groups)
-    start = time.perf_counter()
-    # The failed load prints driver noise from native code on fd 2: keep it, show it only on failure.
-    noise = tempfile.TemporaryFile(mode="w+")
-    saved_stderr = os.dup(2)
-    os.dup2(noise.fileno(), 2)
+    original = CompileCallable._compile
+
+    def compile_and_keep(self, *args, **kwargs):
+        try:
+            result = original(self, *args, **kwargs)
+        except Exception:
+            if not any(dump_dir.glob("*.cubin")):
+                raise
+            result = None
+        folder = Path(tempfile.mkdtemp(prefix="module", dir=dump_dir))
+        for path in dump_dir.iterdir():
+            if path.is_file():
+                path.rename(folder / path.name)
+        modules.append(folder)
+        return result
+
+    CompileCallable._compile = compile_and_keep
     try:
-        submission.cute.compile(
-            kernel,
-            submission._null_ptr(submission.cutlass.Int32),
-            submission._null_ptr(submission.cutlass.Int64),
-            submission._null_ptr(submission.cutlass.Int64),
-            submission.cutlass.Int32(1),
-            submission.cutlass.Int32(1),
-            submission.cuda.CUstream(0),
-        )
-    except Exception as error:  # noqa: BLE001 - only a load failure after the cubin was written is fine
-        if not cubins() - before:
-            os.dup2(saved_stderr, 2)
+        yield
+    finally:
+        CompileCallable._compile = original
+
+
+@contextlib.contextmanager
+def native_stderr_held_back():
+    """A failed module load prints driver noise from native code on fd 2: hold it back, and show
+    it only if the block raises."""
+    with tempfile.TemporaryFile(mode="w+") as noise:
+        saved = os.dup(2)
+        sys.stderr.flush()
+        os.dup2(noise.fileno(), 2)
+        try:
+            yield
+        except BaseException:
+            os.dup2(saved, 2)
             noise.seek(0)
             sys.stderr.write(noise.read())
-            raise RuntimeError(f"compilation for G={num_groups} failed: {error}") from error
-    finally:
-        os.dup2(saved_stderr, 2)
-        os.close(saved_stderr)
-        noise.close()
-    seconds = time.perf_counter() - start
-    new = cubins() - before
-    if len(new) != 1:
-        raise RuntimeError(f"expected one new cubin for G={num_groups}, found {len(new)}")
-    return new.pop()[0], kernel, seconds
+            raise
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
 
 
-def inspect_cubin(cubin: str, cuobjdump: str, nvdisasm_dir: str) -> dict:
-    env = dict(os.environ, PATH=nvdisasm_dir + os.pathsep + os.environ.get("PATH", ""))
-    usage = subprocess.run([cuobjdump, "--dump-resource-usage", cubin], capture_output=True, text=True, env=env, check=True).stdout
-    sass = subprocess.run([cuobjdump, "--dump-sass", cubin], capture_output=True, text=True, env=env, check=True).stdout
-    kernel_usage = [line for line in usage.splitlines() if "REG:" in line]
-    if len(kernel_usage) != 1:
-        raise RuntimeError(f"expected one kernel in {cubin}, found {len(kernel_usage)}")
-    fields = dict(re.findall(r"(\w+(?:\[\d\])?):(\d+)", kernel_usage[0]))
-    row = {name: len(re.findall(pattern, sass)) for name, pattern in SASS_COUNTS.items()}
-    row["regs"] = int(fields["REG"])
-    row["local_bytes"] = int(fields.get("LOCAL", 0)) + int(fields.get("STACK", 0))
-    row["static_smem"] = int(fields.get("SHARED", 0))
-    return row
+def _only_file(folder: Path, pattern: str) -> Path | None:
+    found = sorted(folder.glob(pattern))
+    return found[0] if found else None
 
 
-def problems(row: dict) -> list[str]:
-    found = []
-    if row["LDL"] or row["STL"] or row["local_bytes"]:
-        found.append("spills to local memory")
-    if not row["UTC*MMA"]:
-        found.append("no block-scaled tcgen05 MMA")
-    if not row["UTMALDG"]:
-        found.append("no TMA loads")
-    if row["smem"] > SM100_SMEM_PER_BLOCK:
-        found.append(f"needs {row['smem']} B of shared memory > {SM100_SMEM_PER_BLOCK}")
-    return found
+def inspect_module(folder: Path, cuobjdump: str, env: dict) -> tuple[list[Kernel], str]:
+    """(kernels, full SASS) of the module CuTe DSL wrote into folder."""
+    cubin = _only_file(folder, "*.cubin")
+    usage = subprocess.run([cuobjdump, "--dump-resource-usage", str(cubin)], capture_output=True, text=True,
+                           env=env, check=True).stdout
+    sass = subprocess.run([cuobjdump, "--dump-sass", str(cubin)], capture_output=True, text=True, env=env,
+                          check=True).stdout
+    ptx_file, ir_file = _only_file(folder, "*.ptx"), _only_file(folder, "*.mlir")
+    # PTX as CuTe DSL writes it ends in a NUL byte.
+    ptx = ptx_file.read_bytes().decode(errors="replace") if ptx_file else ""
+    ir = ir_file.read_text(errors="replace") if ir_file else ""
+    return kernels_of_module(ptx, sass, usage, ir), sass
 
 
-def load_submission(path: str):
+def load_submission(path: Path):
     spec = importlib.util.spec_from_file_location("submission", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules["submission"] = module  # dataclasses look their module up while it is loading
@@ -137,44 +293,92 @@ def load_submission(path: str):
     return module
 
 
+def parse_groups(text: str) -> list[int]:
+    try:
+        groups = [int(item) for item in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected group counts such as 1,2,8, got {text!r}") from None
+    if not groups or min(groups) < 1:
+        raise argparse.ArgumentTypeError(f"group counts must be positive, got {text!r}")
+    return groups
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--task", default=os.path.join(ROOT, "task.yml"))
-    parser.add_argument("--submission", default=os.path.join(ROOT, "submission.py"))
+    parser = argparse.ArgumentParser(prog="inspect_sm100.py", description=__doc__.splitlines()[0],
+                                     epilog="See the top of tools/inspect_sm100.py for every check.")
+    parser.add_argument("--submission", type=Path, default=ROOT / "submission.py", metavar="FILE",
+                        help="file defining compile_sm100(num_groups) "
+                             "(default: the repository's submission.py)")
+    parser.add_argument("--groups", type=parse_groups, default=list(DEFAULT_GROUPS), metavar="G,G,...",
+                        help=f"group counts to compile (default: {','.join(map(str, DEFAULT_GROUPS))})")
+    parser.add_argument("--keep", type=Path, metavar="DIR",
+                        help="write each compiled module's cubin, PTX and SASS into DIR")
     args = parser.parse_args(argv)
 
     cuobjdump, nvdisasm = find_tool("cuobjdump"), find_tool("nvdisasm")
     if not cuobjdump or not nvdisasm:
-        print("error: cuobjdump/nvdisasm not found (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)", file=sys.stderr)
+        print("inspect_sm100.py: cuobjdump/nvdisasm not found "
+              "(pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)", file=sys.stderr)
         return 2
+    if not args.submission.is_file():
+        print(f"inspect_sm100.py: no such file: {args.submission}", file=sys.stderr)
+        return 2
+    tool_env = dict(os.environ, PATH=os.path.dirname(nvdisasm) + os.pathsep + os.environ.get("PATH", ""))
 
-    dump_dir = tempfile.mkdtemp(prefix="inspect_sm100_")
+    dump_dir = Path(tempfile.mkdtemp(prefix="inspect_sm100_"))
     # CuTe DSL reads these when it is imported, so they are set before the submission is loaded.
-    os.environ.update(CUTE_DSL_ARCH="sm_100a", CUTE_DSL_KEEP_CUBIN="1", CUTE_DSL_DUMP_DIR=dump_dir)
-    sys.path.insert(0, os.path.dirname(os.path.abspath(args.submission)))
+    os.environ.update(CUTE_DSL_ARCH="sm_100a", CUTE_DSL_KEEP_CUBIN="1", CUTE_DSL_KEEP_PTX="1",
+                      CUTE_DSL_KEEP_IR="1", CUTE_DSL_DUMP_DIR=str(dump_dir))
+    sys.path.insert(0, str(args.submission.resolve().parent))
     submission = load_submission(args.submission)
+    if not callable(getattr(submission, "compile_sm100", None)):
+        print(f"inspect_sm100.py: {args.submission} defines no compile_sm100: no sm_100a kernel to inspect",
+              file=sys.stderr)
+        return 2
+    if args.keep:
+        args.keep.mkdir(parents=True, exist_ok=True)
 
-    header = f"{'groups':>6} {'compile_s':>9} {'threads':>7} {'regs':>4} {'smem_B':>7} " + " ".join(
-        f"{name:>7}" for name in SASS_COUNTS
-    ) + "  verdict"
-    print("sm_100a kernels (one per group count in task.yml), SASS via cuobjdump")
-    print(header)
+    columns = ["groups", "kernel", "compile_s", "threads", "regs", "smem_B", *PTX_COUNTS, *SASS_COUNTS]
+    print(f"sm_100a kernels of {args.submission.name}: compile_sm100(G), PTX from CuTe DSL, "
+          "SASS via cuobjdump")
+    print(" ".join(f"{name:>9}" for name in columns) + "  verdict")
+    kernel_ids: dict[str, str] = {}
     failures = 0
     try:
-        for groups in group_counts(args.task):
-            cubin, kernel, seconds = compile_to_cubin(submission, groups, dump_dir)
-            row = inspect_cubin(cubin, cuobjdump, os.path.dirname(nvdisasm))
-            row["smem"] = row["static_smem"] + kernel.shared_storage.size_in_bytes()
-            found = problems(row)
-            failures += bool(found)
-            counts = " ".join(f"{row[name]:>7}" for name in SASS_COUNTS)
-            print(
-                f"{groups:>6} {seconds:>9.1f} {kernel.threads_per_cta:>7} {row['regs']:>4} {row['smem']:>7} {counts}  "
-                + ("ok" if not found else "FAIL: " + "; ".join(found))
-            )
+        for groups in args.groups:
+            modules: list[Path] = []
+            start = time.perf_counter()
+            with native_stderr_held_back(), each_compile_kept_apart(dump_dir, modules):
+                submission.compile_sm100(groups)
+            seconds = time.perf_counter() - start
+            kernels = []
+            for index, folder in enumerate(modules):
+                module_kernels, sass = inspect_module(folder, cuobjdump, tool_env)
+                kernels += module_kernels
+                if args.keep:
+                    stem = args.keep / f"g{groups}_c{index}"
+                    shutil.copy(_only_file(folder, "*.cubin"), stem.with_suffix(".cubin"))
+                    if _only_file(folder, "*.ptx"):
+                        shutil.copy(_only_file(folder, "*.ptx"), stem.with_suffix(".ptx"))
+                    stem.with_suffix(".sass").write_text(sass)
+            for kernel in kernels:
+                kernel_id = kernel_ids.setdefault(kernel.name, f"k{len(kernel_ids) + 1}")
+                found = kernel_problems(kernel)
+                failures += bool(found)
+                cells = [groups, kernel_id, f"{seconds:.1f}", kernel.threads, kernel.registers,
+                         "?" if kernel.smem is None else kernel.smem,
+                         *(kernel.counts[name] for name in (*PTX_COUNTS, *SASS_COUNTS))]
+                verdict = "FAIL: " + "; ".join(found) if found else "ok"
+                print(" ".join(f"{cell!s:>9}" for cell in cells) + "  " + verdict)
+            for problem in group_count_problems(kernels):
+                failures += 1
+                print(f"{groups:>9} FAIL: {problem}")
     finally:
         shutil.rmtree(dump_dir, ignore_errors=True)
-    print(f"stages: {kernel.num_ab_stage} operand, {kernel.num_acc_stage} accumulator, {kernel.num_c_stage} epilogue")
+    for name, kernel_id in kernel_ids.items():
+        print(f"{kernel_id}: {name}")
+    if args.keep:
+        print(f"cubin, PTX and SASS of each module: {args.keep}/g<G>_c<module>.{{cubin,ptx,sass}}")
     return 1 if failures else 0
 
 

@@ -159,12 +159,14 @@ def time_benchmark(shapes, repeats=30):
 
 
 def main():
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(prog="sm90_check.py", description=__doc__.splitlines()[0])
     parser.add_argument("--cases", default=",".join(
         [f"test{i}" for i in range(len(TESTS))] + [f"bench{i + 1}" for i in range(len(BENCHMARKS))]
         + list(EXTRA)))
     parser.add_argument("--no-time", action="store_true")
     args = parser.parse_args()
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        sys.exit("sm90_check.py needs a CUDA GPU of compute capability 9.0 (H100/H200)")
     ok = True
     for name in args.cases.split(","):
         t0 = time.time()

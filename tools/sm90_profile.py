@@ -132,7 +132,7 @@ def main():
     parser.add_argument("what", choices=("tiles", "timeline"))
     args = parser.parse_args()
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
-        sys.exit("sm90_profile.py needs a compute capability 9.0 GPU")
+        sys.exit("sm90_profile.py needs a CUDA GPU of compute capability 9.0 (H100/H200)")
     tiles_report() if args.what == "tiles" else timeline_report()
 
 

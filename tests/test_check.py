@@ -1,0 +1,243 @@
+"""tools/check.py on the CPU: its cases, the inputs it builds (the board's contract, checked with
+submission.validate_inputs), the guard bands around c, the float64 reference, the verdicts, the
+ladder's stopping rule, the subprocess handling (hang, crash) and the refusal without CUDA."""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "tools"))
+import check  # noqa: E402
+import reference  # noqa: E402
+import submission  # noqa: E402
+
+CASES = {case.name: case for case in check.ladder()}
+
+
+def test_the_ladder_climbs_from_one_tile_to_the_benchmarks():
+    cases = check.ladder()
+    assert len(CASES) == len(cases), "case names must be unique"
+    stages = list(dict.fromkeys(case.stage for case in cases))
+    assert stages == ["one_tile", "partial_tiles", "all_values", "many_groups", "task_tests", "benchmarks"]
+    assert [case.stage for case in cases] == sorted((case.stage for case in cases), key=stages.index)
+    assert (CASES["one_tile"].m, CASES["one_tile"].n, CASES["one_tile"].k) == ((128,), (256,), (256,))
+    singles = {case.m[0] for case in cases if case.stage == "partial_tiles" and case.groups == 1}
+    assert {1, 7, 40, 129} <= singles
+    assert any(case.groups == 2 and len(set(case.m)) == 2 and set(case.m) <= {1, 7, 40, 129}
+               for case in cases if case.stage == "partial_tiles")
+    assert {case.groups for case in cases if case.stage == "many_groups"} == {16, 32}
+    for case in cases:
+        assert len(case.m) == len(case.n) == len(case.k)
+        assert all(n % 128 == 0 for n in case.n) and all(k % 256 == 0 for k in case.k), case.name
+    assert len(set(CASES["g32"].m)) > 16 and min(CASES["g32"].m) == 1
+    _, benchmarks, _ = check.harness.load_task(ROOT / "task.yml")
+    assert [name for name in CASES if name.startswith(("test", "bench"))] == (
+        [f"test{i}" for i in range(1, 11)] + [f"bench{i}" for i in range(1, 5)])
+    assert CASES["bench1"].m == tuple(benchmarks[0]["m"]) and CASES["bench1"].k == (7168,) * 8
+    # What tools/sm90_check.py checked, under the same names and shapes
+    assert (CASES["m300"].m, CASES["m300"].n, CASES["m300"].k) == ((300,), (384,), (512,))
+    assert (CASES["n256_k256"].m, CASES["n256_k256"].n) == ((33, 200), (256, 256))
+    assert (CASES["one_group"].m, CASES["one_group"].k) == ((77,), (512,))
+    assert CASES["full_values"].all_values and CASES["full_values"].m == (72, 260)
+    assert CASES["g16"].m == tuple(range(8, 8 + 16 * 19, 19))
+
+
+@pytest.mark.parametrize("name", ["one_tile", "m1", "m7_m129", "full_values", "g32", "test9"])
+def test_inputs_follow_the_contract(name):
+    case = CASES[name]
+    data, guards = check.make_input(case, "cpu")
+    assert submission.validate_inputs(data) == tuple(zip(case.m, case.n, case.k))
+    for (a, b, c), (sfa, sfb), (m, n, k, l) in zip(data[0], data[1], data[3]):
+        assert (a.dtype, tuple(a.shape), a.stride()) == (torch.float4_e2m1fn_x2, (m, k // 2, 1), (k // 2, 1, m * k // 2))
+        assert (b.dtype, tuple(b.shape), b.stride()) == (torch.float4_e2m1fn_x2, (n, k // 2, 1), (k // 2, 1, n * k // 2))
+        assert (c.dtype, tuple(c.shape), c.stride()) == (torch.float16, (m, n, 1), (n, 1, m * n))
+        assert torch.isnan(c).all() and l == 1
+        assert (tuple(sfa.shape), tuple(sfb.shape)) == ((m, k // 16, 1), (n, k // 16, 1))
+        assert sfa.dtype == sfb.dtype == torch.float8_e4m3fn
+        codes = torch.cat((a.view(torch.uint8).flatten(), b.view(torch.uint8).flatten()))
+        scales = torch.cat((sfa.float().flatten(), sfb.float().flatten()))
+        if case.all_values:  # every e2m1 code in both nibbles; scales from 1/8 to 3.75
+            assert set((codes & 15).tolist()) == set(range(16)) == set((codes >> 4).tolist())
+            assert scales.min() >= 0.125 and scales.max() <= 3.75 and len(set(scales.tolist())) > 20
+        else:  # the board's value sets
+            assert (codes & 0b0100_0100).eq(0).all() and set(scales.tolist()) <= {1.0, 2.0}
+    assert len(guards) == case.groups
+
+
+@pytest.mark.parametrize("name", ["m129", "m7_m129", "test9"])
+def test_blocked_scales_are_the_boards_layout(name):
+    """Compared with reference.create_reordered_scale_factor_tensor (the board's construction) at
+    every real row and scale column; the padding holds 1s and 2s."""
+    data, _ = check.make_input(CASES[name], "cpu")
+    for (sfa, sfb), reordered, (m, n, k, _) in zip(data[1], data[2], data[3]):
+        for scales, mine, rows in ((sfa, reordered[0], m), (sfb, reordered[1], n)):
+            boards = reference.create_reordered_scale_factor_tensor(1, rows, k, scales)
+            assert tuple(mine.shape) == tuple(boards.shape) and mine.stride() == boards.stride()
+            r = torch.arange(rows).view(-1, 1)
+            j = torch.arange(k // 16).view(1, -1)
+            index = (r % 32, (r % 128) // 32, r // 128, j % 4, j // 4, 0)
+            assert torch.equal(mine.view(torch.uint8)[index], boards.view(torch.uint8)[index])
+            assert torch.equal(mine.view(torch.uint8)[index], scales[:, :, 0].view(torch.uint8))
+            assert set(mine.float().unique().tolist()) <= set(scales.float().unique().tolist()) | {1.0, 2.0}
+
+
+@pytest.mark.parametrize("name", ["one_tile", "m7_m129", "full_values", "test4"])
+def test_float64_reference_equals_reference_ref_kernel(name):
+    data, _ = check.make_input(CASES[name], "cpu")
+    expected = check.reference_outputs(data)
+    fresh_c = [(a, b, torch.empty_like(c)) for a, b, c in data[0]]
+    boards = reference.ref_kernel((fresh_c, data[1], data[2], data[3]))
+    for got, want in zip(boards, expected):
+        assert want.dtype == torch.float16 and torch.equal(got[:, :, 0], want)
+    assert any(want.abs().max() > 0 for want in expected)
+
+
+def written_correctly(name):
+    data, guards = check.make_input(CASES[name], "cpu")
+    expected = check.reference_outputs(data)
+    for (_, _, c), want in zip(data[0], expected):
+        c[:, :, 0] = want
+    return data, guards, expected
+
+
+def test_guard_bands_catch_writes_just_outside_c():
+    data, guards, expected = written_correctly("m7_m129")
+    assert [guard.writes_outside() for guard in guards] == [0, 0]
+    c = data[0][1][2]
+    guard = guards[1]
+    assert c.data_ptr() == guard.buffer.data_ptr() + guard.guard * 2  # c is a view inside the buffer
+    guard.buffer[guard.guard - 1] = 0.0  # the element before c
+    guard.buffer[guard.guard + c.numel()] = float("nan")  # the one after it, even with a NaN
+    assert guards[1].writes_outside() == 2
+    result = check.judge(data, [c for _, _, c in data[0]], expected, guards, 0.5)
+    assert result.verdict == "OUTSIDE" and result.message == "elements written outside c (group 1: 2)"
+
+
+def test_judge_passes_right_values_and_fails_wrong_ones():
+    data, guards, expected = written_correctly("m7_m129")
+    outputs = [c for _, _, c in data[0]]
+    result = check.judge(data, outputs, expected, guards, 0.5)
+    assert (result.verdict, result.error_over_tol, result.seconds) == ("PASS", 0.0, 0.5)
+    c = data[0][1][2]
+    c[3, 5, 0] = expected[1][3, 5] + 1.0
+    result = check.judge(data, outputs, expected, guards, 0.5)
+    assert result.verdict == "FAIL" and result.error_over_tol > 1
+    assert result.message.startswith("group 1 (c): 1 of") and "at (3, 5)" in result.message
+    c[0, 0, 0] = float("nan")
+    assert check.judge(data, outputs, expected, guards, 0.5).error_over_tol == float("inf")
+    assert check.judge(data, outputs[:1], expected, guards, 0.5).verdict == "FAIL"
+
+
+def test_judge_checks_c_even_when_other_tensors_are_returned():
+    data, guards = check.make_input(CASES["m40"], "cpu")
+    expected = check.reference_outputs(data)
+    result = check.judge(data, [want.unsqueeze(-1) for want in expected], expected, guards, 0.1)
+    assert result.verdict == "FAIL" and result.message.startswith("group 0 (c):")  # c is still NaN
+
+
+@pytest.fixture
+def cpu_case(tmp_path, monkeypatch):
+    """run_case_here on the CPU with a submission file written for the test (restoring the module
+    `submission` that other tests import)."""
+    monkeypatch.setitem(sys.modules, "submission", submission)
+
+    def run(name, source):
+        path = tmp_path / "candidate.py"
+        path.write_text(source)
+        return check.run_case_here(CASES[name], path, device="cpu")
+
+    return run
+
+
+def test_one_case_end_to_end_on_the_cpu(cpu_case):
+    result = cpu_case("m7_m129", "from reference import ref_kernel as custom_kernel\n")
+    assert (result.verdict, result.error_over_tol, result.message) == ("PASS", 0.0, "")
+    result = cpu_case("m7_m129", "def custom_kernel(data):\n    return [c for _, _, c in data[0]]\n")
+    assert result.verdict == "FAIL" and result.error_over_tol == float("inf")  # c left NaN
+    result = cpu_case("m40", "def custom_kernel(data):\n    raise RuntimeError('boom')\n")
+    assert result == check.Result("ERROR", None, result.seconds, "custom_kernel raised RuntimeError: boom (at candidate.py:2)")
+
+
+def test_a_write_one_row_past_c_is_caught_end_to_end(cpu_case):
+    overrun = (
+        "import torch\n"
+        "from reference import ref_kernel\n\n"
+        "def custom_kernel(data):\n"
+        "    out = ref_kernel(data)\n"
+        "    c = data[0][0][2]\n"
+        "    m, n = c.shape[:2]\n"
+        "    torch.as_strided(c, (n,), (1,), c.storage_offset() + m * n).fill_(0)  # row M, past c\n"
+        "    return out\n")
+    result = cpu_case("m7", overrun)
+    assert result.verdict == "OUTSIDE" and result.message == "elements written outside c (group 0: 128)"
+
+
+def ladder_with(verdicts):
+    """Run the ladder with a fake run_one: PASS except the given {case name: verdict}."""
+    lines, ran = [], []
+
+    def run_one(case):
+        ran.append(case.name)
+        return check.Result(verdicts.get(case.name, "PASS"), 0.0, 1.0, "why")
+
+    status = check.run_ladder(check.ladder(), run_one, out=lines.append)
+    return status, ran, lines
+
+
+def test_the_ladder_stops_after_the_first_stage_with_a_failure():
+    status, ran, lines = ladder_with({"m40": "FAIL"})
+    assert status == 1
+    assert ran == ["one_tile"] + [name for name, case in CASES.items() if case.stage == "partial_tiles"]
+    assert lines[0].split() == ["stage", "case", "G", "M", "N", "K", "result", "err/tol", "seconds"]
+    assert "stopped after stage partial_tiles: first failure m40 (FAIL). Next:" in lines
+    assert "  python tools/check.py --case m40    # the same case in one process, its full message" in lines
+    assert any("compute-sanitizer --tool racecheck python tools/check.py --case m40" in line for line in lines)
+
+
+def test_the_ladder_stops_at_once_after_a_hang():
+    status, ran, lines = ladder_with({"m7": "HANG", "m40": "FAIL"})
+    assert status == 1 and ran == ["one_tile", "m1", "m7"]
+    assert any("--tool synccheck python tools/check.py --case m7" in line for line in lines)
+
+
+def test_the_ladder_passes_when_every_case_does():
+    status, ran, lines = ladder_with({})
+    assert status == 0 and ran == list(CASES)
+    assert lines[-1] == f"all {len(CASES)} cases passed. Next: python eval.py test, then python eval.py benchmark"
+
+
+def test_a_case_process_reports_its_result_hang_or_crash():
+    line = check.RESULT_PREFIX + '{"verdict": "FAIL", "error_over_tol": Infinity, "seconds": 2.5, "message": "m"}'
+    done = check.run_in_subprocess([sys.executable, "-c", f"print('noise'); print({line!r})"], timeout=60)
+    assert done == check.Result("FAIL", float("inf"), 2.5, "m")
+    hung = check.run_in_subprocess([sys.executable, "-c", "import time; time.sleep(60)"], timeout=1)
+    assert hung.verdict == "HANG" and hung.message == "no result after 1 s: killed"
+    crashed = check.run_in_subprocess([sys.executable, "-c", "import sys; print('oops', file=sys.stderr); sys.exit(3)"],
+                                      timeout=60)
+    assert crashed.verdict == "CRASH" and crashed.message == "exit code 3, no result; last stderr line: oops"
+
+
+def run_tool(*args):
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    return subprocess.run([sys.executable, str(ROOT / "tools" / "check.py"), *args], env=env, text=True,
+                          capture_output=True, stdin=subprocess.DEVNULL, timeout=120)
+
+
+@pytest.mark.parametrize("args", [[], ["--case", "m7"], ["--stage", "benchmarks"]])
+def test_without_cuda_it_exits_2_with_one_line(args):
+    done = run_tool(*args)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == "check.py needs a CUDA GPU (torch.cuda.is_available() is False)\n"
+
+
+def test_list_and_bad_names_need_no_gpu():
+    done = run_tool("--list")
+    assert done.returncode == 0
+    rows = [line.split() for line in done.stdout.splitlines()]
+    assert [row[1] for row in rows[1:]] == list(CASES) and rows[0][:2] == ["stage", "case"]
+    done = run_tool("--case", "nope")
+    assert done.returncode == 2 and done.stderr == "check.py: unknown case 'nope' (see --list)\n"

@@ -1,0 +1,160 @@
+"""tools/inspect_sm100.py's reading of PTX, SASS, resource usage and host IR, and its verdicts, on
+synthetic text shaped like what CuTe DSL 4.3.5 and cuobjdump write. Independent of the kernel: the
+full compile of submission.py is tested in tests/test_submission.py."""
+import argparse
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "tools"))
+import inspect_sm100 as tool  # noqa: E402
+
+GEMM, PREP = "kernel_cutlass_kernel_gemm_0", "kernel_cutlass_kernel_prep_0"
+
+PTX = f"""//
+.version 8.8
+.target sm_100a
+.extern .shared .align 1024 .b8 __dynamic_shmem__0[];
+
+.visible .entry {PREP}(
+	.param .u64 {PREP}_param_0
+)
+.maxntid 128, 1, 1
+{{
+	tensormap.replace.tile.global_address.shared::cta.b1024.b64 [%r1], %rd2;
+	ret;
+}}
+
+.visible .entry {GEMM}(
+	.param .align 64 .b8 {GEMM}_param_0[128]
+)
+.reqntid 96, 2, 1
+.minnctapersm 1
+{{
+	tcgen05.mma.cta_group::2.kind::mxf4nvf4.block_scale.scale_vec::4X [%r3], %rd4, %rd5, %r6, [%r7], [%r8], %p1;
+	tcgen05.mma.cta_group::2.kind::mxf4nvf4.block_scale.scale_vec::4X [%r3], %rd4, %rd5, %r6, [%r7], [%r8], %p1;
+	tcgen05.commit.cta_group::2.mbarrier::arrive::one.shared::cluster.multicast::cluster.b64 [%r9], %rs1;
+	ret;
+}}
+"""
+
+SASS = f"""
+	code for sm_100a
+	.target	sm_100a
+
+		Function : {GEMM}
+	.headerflags	@"EF_CUDA_ACCELERATORS EF_CUDA_SM100 EF_CUDA_VIRTUAL_SM(EF_CUDA_SM100)"
+        /*0000*/                   UTMALDG.2D [UR8], [UR4] ;
+        /*0010*/                   UTCCP.T.S.4x32dp128bit tmem[UR10], gdesc[UR12] ;
+        /*0020*/                   UTCQMMA.2CTA gdesc[UR14], gdesc[UR16], tmem[UR18], tmem[UR20], idesc[UR21], UPT ;
+        /*0030*/                   EXIT ;
+		..........
+
+		Function : {PREP}
+        /*0000*/                   STL [R1], R2 ;
+        /*0010*/                   EXIT ;
+"""
+
+USAGE = f"""
+Resource usage:
+ Common:
+  GLOBAL:0
+ Function {GEMM}:
+  REG:168 STACK:0 SHARED:1024 LOCAL:0 CONSTANT[0]:2944 TEXTURE:0 SURFACE:0 SAMPLER:0
+ Function {PREP}:
+  REG:24 STACK:16 SHARED:0 LOCAL:8 CONSTANT[0]:900 TEXTURE:0 SURFACE:0 SAMPLER:0
+"""
+
+IR = f"""module {{
+  func.func @kernels_unrelated() {{
+    %253 = arith.constant 7 : i32
+  }}
+  func.func @cutlass___call__(%arg0: !cuda.stream) {{
+    %c0_i32 = arith.constant 0 : i32
+    %253 = arith.extsi %c230400_i32 : i32 to i64
+    %c192_i32 = arith.constant 192 : i32
+    %254 = cuda.launch_cfg.create<max_attrs = 2 : i32> (blockDim = (%c192_i32, %c1_i32, %c1_i32), dynamicSmemBytes = %253, gridDim = (%c1_i32, %c1_i32, %c1_i32), stream = %arg0) : i32, i32, i32, i64, i32, i32, i32, !cuda.stream -> !cuda.launch_cfg<max_attrs = 2>
+    %255 = cuda.launch_ex @kernels::@{GEMM}<%254> (%3, %div) : !cuda.launch_cfg<max_attrs = 2>, i32, i32 -> !cuda.result
+    %300 = arith.constant 0 : i32
+    %301 = arith.index_cast %300 : i32 to i64
+    %302 = cuda.launch_cfg.create<max_attrs = 2 : i32> (blockDim = (%c192_i32, %c1_i32, %c1_i32), dynamicSmemBytes = %301, gridDim = (%c1_i32, %c1_i32, %c1_i32), stream = %arg0) : i32, i32, i32, i64, i32, i32, i32, !cuda.stream -> !cuda.launch_cfg<max_attrs = 2>
+    %303 = cuda.launch_ex @kernels::@{PREP}<%302> (%3) : !cuda.launch_cfg<max_attrs = 2> -> !cuda.result
+  }}
+}}
+"""
+
+
+def test_ptx_is_split_per_kernel_with_its_thread_count():
+    entries = tool.split_ptx_entries(PTX)
+    assert list(entries) == [PREP, GEMM]
+    assert "tensormap.replace" in entries[PREP] and "tensormap.replace" not in entries[GEMM]
+    assert tool.ptx_threads(entries[GEMM]) == 192 and tool.ptx_threads(entries[PREP]) == 128
+    assert tool.ptx_threads(".visible .entry k()\n{\n}\n") is None
+
+
+def test_sass_and_resource_usage_are_split_per_kernel():
+    functions = tool.split_sass_functions(SASS)
+    assert list(functions) == [GEMM, PREP] and "STL" in functions[PREP] and "STL" not in functions[GEMM]
+    usage = tool.parse_resource_usage(USAGE)
+    assert usage[GEMM]["REG"] == 168 and usage[GEMM]["SHARED"] == 1024
+    assert (usage[PREP]["STACK"], usage[PREP]["LOCAL"]) == (16, 8)
+
+
+def test_dynamic_shared_memory_comes_from_each_launch_in_the_host_ir():
+    assert tool.launch_dynamic_smem(IR) == {GEMM: 230400, PREP: 0}
+    unknown = IR.replace("%253 = arith.extsi %c230400_i32", "%253 = arith.muli %x")
+    assert tool.launch_dynamic_smem(unknown)[GEMM] is None
+
+
+def test_a_module_reads_into_kernels_with_their_counts():
+    gemm, prep = sorted(tool.kernels_of_module(PTX, SASS, USAGE, IR), key=lambda kernel: kernel.name)
+    assert gemm.name == GEMM and gemm.issues_mma and not prep.issues_mma
+    assert (gemm.threads, gemm.registers, gemm.smem) == (192, 168, 1024 + 230400)
+    assert {key: gemm.counts[key] for key in ("mma", "mma_2cta", "tmap_repl", "UTC*MMA", "UTMALDG", "UTCCP", "STL")} == {
+        "mma": 2, "mma_2cta": 2, "tmap_repl": 0, "UTC*MMA": 1, "UTMALDG": 1, "UTCCP": 1, "STL": 0}
+    assert prep.counts["tmap_repl"] == 1 and prep.counts["STL"] == 1 and prep.local_bytes == 24
+
+
+def gemm_kernel(**changes):
+    counts = {"mma": 4, "mma_2cta": 4, "tmap_repl": 0, "UTC*MMA": 4, "UTMALDG": 8, "UTMASTG": 0, "UTCCP": 8,
+              "LDL": 0, "STL": 0}
+    counts.update(changes.pop("counts", {}))
+    fields = dict(name=GEMM, threads=192, registers=168, local_bytes=0, static_smem=1024, dynamic_smem=200000,
+                  counts=counts)
+    fields.update(changes)
+    return tool.Kernel(**fields)
+
+
+@pytest.mark.parametrize("kernel, problem", [
+    (gemm_kernel(), None),
+    (gemm_kernel(counts={"mma_2cta": 0}), "tcgen05.mma is not cta_group::2 (no 2-CTA MMA)"),
+    (gemm_kernel(counts={"tmap_repl": 3}), "the GEMM kernel rewrites tensor maps (3 tensormap.replace)"),
+    (gemm_kernel(counts={"UTMALDG": 0}), "no TMA loads (UTMALDG)"),
+    (gemm_kernel(counts={"UTC*MMA": 0}), "no block-scaled tcgen05 MMA in the SASS (UTC*MMA)"),
+    (gemm_kernel(counts={"LDL": 2}), "spills to local memory (2 LDL, 0 STL, 0 B local)"),
+    (gemm_kernel(local_bytes=32), "spills to local memory (0 LDL, 0 STL, 32 B local)"),
+    (gemm_kernel(dynamic_smem=tool.SM100_SMEM_PER_BLOCK - 1024 + 1), "needs 232449 B of shared memory > 232448"),
+    (gemm_kernel(dynamic_smem=None), "shared memory unknown: no launch of this kernel found in the host IR"),
+    (gemm_kernel(threads=160), "160 threads per CTA, fewer than 192 (6 warps)"),
+    (gemm_kernel(threads=None), "None threads per CTA, fewer than 192 (6 warps)"),
+])
+def test_each_check_fails_with_its_own_message(kernel, problem):
+    assert tool.kernel_problems(kernel) == ([] if problem is None else [problem])
+
+
+def test_gemm_only_checks_spare_a_helper_kernel():
+    helper = gemm_kernel(name=PREP, threads=32, counts={"mma": 0, "mma_2cta": 0, "tmap_repl": 5, "UTC*MMA": 0,
+                                                         "UTMALDG": 0})
+    assert tool.kernel_problems(helper) == []
+    assert tool.group_count_problems([helper]) == ["no kernel issues tcgen05.mma"]
+    assert tool.group_count_problems([helper, gemm_kernel()]) == []
+
+
+def test_group_counts_option():
+    assert tool.parse_groups("1,2,32") == [1, 2, 32]
+    assert list(tool.DEFAULT_GROUPS) == [1, 2, 3, 4, 5, 8, 16, 32]
+    for bad in ("", "1,x", "0,2"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            tool.parse_groups(bad)

@@ -1,0 +1,398 @@
+"""Bring-up ladder for a submission on a CUDA GPU, from one tile to the benchmarks, a process per case.
+
+    python tools/check.py [--submission FILE] [--stage NAME] [--timeout S]   # the ladder
+    python tools/check.py --list                                             # its cases (no GPU needed)
+    python tools/check.py --case NAME                                        # one case, in this process
+
+Run it first on a GPU the kernel has never run on. Stages, in order: one_tile (one group, one
+tile); partial_tiles (M = 1, 7, 40, 129 alone and mixed, M = 77 and 300, N = K = 256);
+all_values (every e2m1 value, e4m3 scales from 1/8 to 3.75); many_groups (G = 16, 32); task_tests
+(task.yml's 10 tests); benchmarks (task.yml's 4).
+
+Each case calls only the public entry, `custom_kernel(data)` of the submission, with inputs that
+follow the board's contract (reference.generate_input's shapes, dtypes, strides, blocked scale
+layout with random padding, and value sets). Each `c` is filled with NaN and lies inside a larger
+buffer whose other bytes hold a sentinel: after the call the sentinel must be intact (nothing
+written outside `c`), and `c` and the returned tensors must be within 1e-3 + 1e-3 |ref| of a
+float64 reference (exact dequantization, float64 products and sums). Verdicts: PASS; FAIL (wrong
+values); OUTSIDE (wrote outside c); ERROR (custom_kernel raised); HANG (no result within the
+timeout; the process is killed); CRASH (the process died without a result).
+
+The ladder prints one row per case and stops after the first stage with a failure (at once after
+a HANG), then says what to run next. Exit status: 0 all passed; 1 a case did not pass; 2 no CUDA
+GPU, or bad use.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import json
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import eval as harness  # noqa: E402  (task.yml reader, submission loader, one-line errors)
+from reference import _dequantize, ceil_div, sf_vec_size  # noqa: E402
+from utils import verbose_allclose  # noqa: E402
+
+DEFAULT_TIMEOUT_S = 180  # per case, including the first call's compile
+RESULT_PREFIX = "check.py result: "  # how a case's process hands its result to the ladder
+SENTINEL_BITS = 0x7E5A  # an fp16 NaN with a payload a kernel does not write by accident
+GUARD_ROWS = 256  # rows of c's width on each side of c: more than any tile can overhang
+SEED = 1111
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    stage: str
+    name: str
+    m: tuple[int, ...]
+    n: tuple[int, ...]
+    k: tuple[int, ...]
+    all_values: bool = False  # every e2m1 value and a wider range of e4m3 scales
+
+    @property
+    def groups(self) -> int:
+        return len(self.m)
+
+
+def ladder() -> list[Case]:
+    """Every case, stage by stage, from the smallest to the board's benchmarks."""
+    cases = [Case("one_tile", "one_tile", (128,), (256,), (256,))]
+    cases += [Case("partial_tiles", name, m, n, k) for name, m, n, k in (
+        ("m1", (1,), (256,), (256,)),
+        ("m7", (7,), (128,), (512,)),
+        ("m40", (40,), (256,), (256,)),
+        ("m129", (129,), (128,), (768,)),
+        ("m7_m129", (7, 129), (256, 128), (256, 512)),
+        ("m1_m1", (1, 1), (128, 256), (256, 256)),
+        ("one_group", (77,), (256,), (512,)),
+        ("m300", (300,), (384,), (512,)),
+        ("n256_k256", (33, 200), (256, 256), (256, 256)),
+    )]
+    cases.append(Case("all_values", "full_values", (72, 260), (256, 128), (512, 768), all_values=True))
+    cases.append(Case("many_groups", "g16", tuple(range(8, 8 + 16 * 19, 19)), (128, 256) * 8, (256, 512) * 8))
+    cases.append(Case("many_groups", "g32", tuple(1 + 37 * i % 300 for i in range(32)),
+                      (128, 256, 384, 512) * 8, (256, 512, 768, 1024) * 8))
+    tests, benchmarks, _ = harness.load_task(ROOT / "task.yml")
+    for stage, prefix, entries in (("task_tests", "test", tests), ("benchmarks", "bench", benchmarks)):
+        cases += [Case(stage, f"{prefix}{number}", tuple(entry["m"]), tuple(entry["n"]), tuple(entry["k"]))
+                  for number, entry in enumerate(entries, start=1)]
+    return cases
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs: the board's contract, built here so that c can sit inside a guarded buffer.
+
+
+@dataclasses.dataclass
+class GuardedC:
+    buffer: torch.Tensor  # fp16: guard band, c's M*N elements, guard band
+    guard: int  # elements in each guard band
+
+    def writes_outside(self) -> int:
+        """Elements of the guard bands that no longer hold the sentinel."""
+        bits = self.buffer.view(torch.int16)
+        bands = torch.cat((bits[:self.guard], bits[bits.numel() - self.guard:]))
+        return int((bands != SENTINEL_BITS).sum())
+
+
+def guarded_c(m: int, n: int, device) -> tuple[torch.Tensor, GuardedC]:
+    """c [M, N, 1] fp16 with the board's strides (N, 1, M*N), NaN-filled, inside a sentinel buffer."""
+    guard = ceil_div(GUARD_ROWS * n, 64) * 64  # keeps c 128-byte aligned
+    buffer = torch.empty(2 * guard + m * n, dtype=torch.float16, device=device)
+    buffer.view(torch.int16).fill_(SENTINEL_BITS)
+    c = torch.as_strided(buffer, (m, n, 1), (n, 1, m * n), storage_offset=guard)
+    c.fill_(float("nan"))
+    return c, GuardedC(buffer, guard)
+
+
+def _fp4_codes_and_scales(rows: int, k: int, generator, all_values: bool):
+    """[rows, K/2] FP4 byte pairs and [rows, K/16] e4m3 scales, on the CPU."""
+    codes = torch.randint(0, 256, (rows, k // 2), generator=generator, dtype=torch.uint8)
+    if all_values:
+        # e4m3 exponent fields 4..8 with any mantissa: 2^-3 .. 3.75
+        scale_bits = torch.randint(4 << 3, 9 << 3, (rows, k // sf_vec_size), generator=generator,
+                                   dtype=torch.uint8)
+        return codes, scale_bits.view(torch.float8_e4m3fn)
+    codes &= 0b1011_1011  # as the board: values 0, +-0.5, +-1, +-1.5
+    scales = torch.randint(1, 3, (rows, k // sf_vec_size), generator=generator, dtype=torch.int8)
+    return codes, scales.to(torch.float8_e4m3fn)
+
+
+def blocked_scales(scales: torch.Tensor, rows: int, k: int, generator, device) -> torch.Tensor:
+    """Scales [rows, K/16] in the board's reordered layout: a (32, 4, ceil(rows/128), 4,
+    ceil(K/64), 1) permuted view of a contiguous (1, ceil(rows/128), ceil(K/64), 32, 4, 4) buffer,
+    element [r % 32, (r % 128) // 32, r // 128, j % 4, j // 4, 0] the scale of row r, column j;
+    padding rows and columns hold random 1s and 2s, as on the board."""
+    row_blocks, col_blocks = ceil_div(rows, 128), ceil_div(k // sf_vec_size, 4)
+    buffer = torch.randint(1, 3, (1, row_blocks, col_blocks, 32, 4, 4), generator=generator, dtype=torch.int8)
+    buffer = buffer.to(torch.float8_e4m3fn)
+    r = torch.arange(rows).view(-1, 1)
+    j = torch.arange(k // sf_vec_size).view(1, -1)
+    buffer.view(torch.uint8)[0, r // 128, j // 4, r % 32, (r % 128) // 32, j % 4] = scales.view(torch.uint8)
+    return buffer.to(device).permute(3, 4, 1, 5, 2, 0)
+
+
+def make_input(case: Case, device, seed: int = SEED):
+    """(data, guards): data as custom_kernel takes it, (abc, sfasfb, sfasfb_reordered,
+    problem_sizes), with a/b [rows, K/2, 1] float4_e2m1fn_x2 K-major views of (1, rows, K/2)
+    buffers, sfasfb on the CPU, the rest on `device`; one GuardedC per group."""
+    generator = torch.Generator().manual_seed(seed)
+    abc, sfasfb, reordered, sizes, guards = [], [], [], [], []
+    for m, n, k in zip(case.m, case.n, case.k):
+        a_codes, sfa = _fp4_codes_and_scales(m, k, generator, case.all_values)
+        b_codes, sfb = _fp4_codes_and_scales(n, k, generator, case.all_values)
+        a = a_codes.view(1, m, k // 2).to(device).permute(1, 2, 0).view(torch.float4_e2m1fn_x2)
+        b = b_codes.view(1, n, k // 2).to(device).permute(1, 2, 0).view(torch.float4_e2m1fn_x2)
+        c, guard = guarded_c(m, n, device)
+        abc.append((a, b, c))
+        sfasfb.append((sfa.unsqueeze(0).permute(1, 2, 0), sfb.unsqueeze(0).permute(1, 2, 0)))
+        reordered.append((blocked_scales(sfa, m, k, generator, device),
+                          blocked_scales(sfb, n, k, generator, device)))
+        sizes.append((m, n, k, 1))
+        guards.append(guard)
+    return (abc, sfasfb, reordered, sizes), guards
+
+
+def reference_outputs(data) -> list[torch.Tensor]:
+    """Per group, a @ b^T of the dequantized values in float64 (exact products, sums exact to
+    float64), rounded once to fp16: [M, N] on a's device."""
+    abc, sfasfb, _, _ = data
+    outputs = []
+    for (a, b, _), (sfa, sfb) in zip(abc, sfasfb):
+        a_values = _dequantize(a[:, :, 0], sfa[:, :, 0], torch.float64)
+        b_values = _dequantize(b[:, :, 0], sfb[:, :, 0], torch.float64)
+        outputs.append((a_values @ b_values.T).to(torch.float16))
+    return outputs
+
+
+def error_over_tolerance(output: torch.Tensor, expected: torch.Tensor) -> float:
+    """max |output - expected| / (1e-3 + 1e-3 |expected|), in float64; NaN counts as infinite.
+    At most 1 passes the board's check."""
+    output, expected = output.double(), expected.double()
+    ratio = (output - expected).abs() / (1e-3 + 1e-3 * expected.abs())
+    ratio = torch.where(torch.isnan(ratio), math.inf, ratio)
+    return float(ratio.max()) if ratio.numel() else 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# One case, in this process.
+
+
+@dataclasses.dataclass
+class Result:
+    verdict: str  # PASS, FAIL, OUTSIDE, ERROR, HANG, CRASH
+    error_over_tol: float | None
+    seconds: float
+    message: str = ""
+
+
+def judge(data, outputs, expected: list[torch.Tensor], guards: list[GuardedC], seconds: float) -> Result:
+    """The verdict on one call's outputs; `data` holds the c tensors the call was given."""
+    outside = [guard.writes_outside() for guard in guards]
+    if any(outside):
+        groups = ", ".join(f"group {g}: {count}" for g, count in enumerate(outside) if count)
+        return Result("OUTSIDE", None, seconds, f"elements written outside c ({groups})")
+    if not isinstance(outputs, (list, tuple)) or len(outputs) != len(expected):
+        length = len(outputs) if hasattr(outputs, "__len__") else "?"
+        return Result("FAIL", None, seconds, f"returned {type(outputs).__name__} of length {length}, "
+                      f"expected a list of {len(expected)} c")
+    worst, message = 0.0, ""
+    for group, ((_, _, c), output, want) in enumerate(zip(data[0], outputs, expected)):
+        for name, got in (("c", c), ("returned", output)):
+            if not isinstance(got, torch.Tensor) or tuple(got.shape) != (*want.shape, 1):
+                return Result("FAIL", None, seconds, f"group {group}: {name} tensor has shape "
+                              f"{tuple(getattr(got, 'shape', ()))}, expected {(*want.shape, 1)}")
+            ratio = error_over_tolerance(got[:, :, 0], want)
+            if ratio > 1 and not message:
+                details = verbose_allclose(got[:, :, 0], want, rtol=1e-3, atol=1e-3, max_print=3)
+                message = f"group {group} ({name}): " + "; ".join(details)
+            worst = max(worst, ratio)
+    return Result("PASS" if worst <= 1 else "FAIL", worst, seconds, message)
+
+
+def _synchronize(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def run_case_here(case: Case, submission: Path, device: str = "cuda") -> Result:
+    """Load the submission, run custom_kernel once on the case's inputs, judge the outputs.
+    (device "cpu" checks this tool itself, with a submission that runs there.)"""
+    harness.load_submission(str(submission))
+    from submission import custom_kernel
+
+    data, guards = make_input(case, device)
+    expected = reference_outputs(data)
+    _synchronize(device)
+    start = time.perf_counter()
+    try:
+        outputs = custom_kernel(data)
+        _synchronize(device)
+    except Exception as error:
+        return Result("ERROR", None, time.perf_counter() - start,
+                      f"custom_kernel raised {harness._describe(error)}")
+    return judge(data, outputs, expected, guards, time.perf_counter() - start)
+
+
+# ---------------------------------------------------------------------------------------------
+# The ladder: each case in a process of its own.
+
+
+def run_in_subprocess(command: list[str], timeout: float) -> Result:
+    """Run a case's process; its result is its last line starting with RESULT_PREFIX."""
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return Result("HANG", None, timeout, f"no result after {timeout:g} s: killed")
+    seconds = time.perf_counter() - start
+    lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
+    if not lines:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return Result("CRASH", None, seconds,
+                      f"exit code {done.returncode}, no result; last stderr line: {last}")
+    return Result(**json.loads(lines[-1][len(RESULT_PREFIX):]))
+
+
+def _values(values: tuple[int, ...]) -> str:
+    if len(set(values)) == 1:
+        return str(values[0])
+    if len(values) <= 4:
+        return ",".join(map(str, values))
+    return f"{min(values)}..{max(values)}"
+
+
+ROW = "{:<14} {:<11} {:>3} {:>15} {:>9} {:>11}  {:<8} {:>9} {:>8}"
+
+
+def format_row(case: Case, result: Result | None) -> str:
+    shapes = (case.groups, _values(case.m), _values(case.n), _values(case.k))
+    if result is None:
+        return ROW.format(case.stage, case.name, *shapes, "", "", "")
+    ratio = "-" if result.error_over_tol is None else f"{result.error_over_tol:.3g}"
+    return ROW.format(case.stage, case.name, *shapes, result.verdict, ratio, f"{result.seconds:.1f}")
+
+
+def next_steps(case: Case, result: Result) -> list[str]:
+    """What to run after the first failure, as command lines with a reason each."""
+    sanitizer = "compute-sanitizer --tool {} python tools/check.py --case " + case.name
+    steps = [f"python tools/check.py --case {case.name}    # the same case in one process, its full message"]
+    if result.verdict == "HANG":
+        steps = [f"timeout 600 {sanitizer.format('memcheck')}    # an illegal access can stall a pipeline",
+                 f"timeout 600 {sanitizer.format('synccheck')}    # barrier misuse",
+                 "# a hang is usually an mbarrier waiting for arrivals or TMA bytes that never come: "
+                 "arrival counts, transaction byte counts, the 2-CTA pairing"]
+    elif result.verdict in ("OUTSIDE", "CRASH", "ERROR"):
+        steps.append(f"{sanitizer.format('memcheck')}    # names the first out-of-bounds access")
+    else:
+        steps += [f"{sanitizer.format('racecheck')}    # shared-memory races",
+                  f"{sanitizer.format('memcheck')}    # out-of-bounds accesses"]
+    return steps
+
+
+def run_ladder(cases: list[Case], run_one, out=print) -> int:
+    """Run the cases stage by stage with run_one(case) -> Result; stop after the first stage with
+    a failure (at once after a HANG). Returns the exit status."""
+    out(ROW.format("stage", "case", "G", "M", "N", "K", "result", "err/tol", "seconds"))
+    first_failure = None
+    for _, stage_cases in itertools.groupby(cases, key=lambda case: case.stage):
+        for case in stage_cases:
+            result = run_one(case)
+            out(format_row(case, result))
+            if result.verdict != "PASS":
+                out(f"    {result.message}")
+                first_failure = first_failure or (case, result)
+                if result.verdict == "HANG":
+                    break
+        if first_failure:
+            break
+    if first_failure is None:
+        out(f"all {len(cases)} cases passed. Next: python eval.py test, then python eval.py benchmark")
+        return 0
+    case, result = first_failure
+    out(f"stopped after stage {case.stage}: first failure {case.name} ({result.verdict}). Next:")
+    for step in next_steps(case, result):
+        out(f"  {step}")
+    return 1
+
+
+def _needs_cuda() -> bool:
+    if torch.cuda.is_available():
+        return False
+    print("check.py needs a CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
+    return True
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="check.py", description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="\n".join(__doc__.splitlines()[6:]))
+    parser.add_argument("--submission", type=Path, default=ROOT / "submission.py", metavar="FILE",
+                        help="file defining custom_kernel (default: the repository's submission.py)")
+    parser.add_argument("--list", action="store_true", help="list the cases and exit")
+    parser.add_argument("--case", metavar="NAME", help="run one case in this process")
+    parser.add_argument("--stage", metavar="NAME", help="run only this stage of the ladder")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S",
+                        help="seconds a case may take, first call's compile included "
+                             f"(default {DEFAULT_TIMEOUT_S})")
+    parser.add_argument("--json", action="store_true", help="with --case: print the result as one JSON line")
+    options = parser.parse_args(argv)
+    cases = ladder()
+    if options.list:
+        print(ROW.format("stage", "case", "G", "M", "N", "K", "", "", "").rstrip())
+        for case in cases:
+            print(format_row(case, None).rstrip())
+        return 0
+    by_name = {case.name: case for case in cases}
+    stages = list(dict.fromkeys(case.stage for case in cases))
+    if options.case and options.case not in by_name:
+        print(f"check.py: unknown case {options.case!r} (see --list)", file=sys.stderr)
+        return 2
+    if options.stage and options.stage not in stages:
+        print(f"check.py: unknown stage {options.stage!r} (stages: {', '.join(stages)})", file=sys.stderr)
+        return 2
+    if _needs_cuda():
+        return 2
+    if not options.submission.is_file():
+        print(f"check.py: submission file not found: {options.submission}", file=sys.stderr)
+        return 2
+
+    if options.case:
+        try:
+            result = run_case_here(by_name[options.case], options.submission)
+        except harness.UsageError as error:  # the submission cannot be imported
+            result = Result("ERROR", None, 0.0, str(error))
+        if options.json:
+            print(RESULT_PREFIX + json.dumps(dataclasses.asdict(result)))
+        else:
+            print(format_row(by_name[options.case], result).rstrip())
+            if result.message:
+                print(f"    {result.message}")
+        return 0 if result.verdict == "PASS" else 1
+
+    major, minor = torch.cuda.get_device_capability()
+    print(f"{options.submission} on {torch.cuda.get_device_name()} (compute capability {major}.{minor}); "
+          f"each case in its own process, at most {options.timeout:g} s", flush=True)
+    selected = [case for case in cases if options.stage in (None, case.stage)]
+
+    def in_subprocess(case: Case) -> Result:
+        command = [sys.executable, str(Path(__file__).resolve()), "--case", case.name,
+                   "--submission", str(options.submission), "--json"]
+        return run_in_subprocess(command, options.timeout)
+
+    return run_ladder(selected, in_subprocess, out=lambda line: print(line, flush=True))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
