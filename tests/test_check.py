@@ -75,7 +75,7 @@ def test_blocked_scales_are_the_boards_layout(name):
     data, _ = check.make_input(CASES[name], "cpu")
     for (sfa, sfb), reordered, (m, n, k, _) in zip(data[1], data[2], data[3]):
         for scales, mine, rows in ((sfa, reordered[0], m), (sfb, reordered[1], n)):
-            boards = reference.create_reordered_scale_factor_tensor(1, rows, k, scales)
+            boards = reference.create_reordered_scale_factor_tensor(1, rows, k, scales).cpu()  # CUDA on a GPU
             assert tuple(mine.shape) == tuple(boards.shape) and mine.stride() == boards.stride()
             r = torch.arange(rows).view(-1, 1)
             j = torch.arange(k // 16).view(1, -1)
