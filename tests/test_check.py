@@ -38,7 +38,7 @@ def test_the_ladder_climbs_from_one_tile_to_the_benchmarks():
     assert [name for name in CASES if name.startswith(("test", "bench"))] == (
         [f"test{i}" for i in range(1, 11)] + [f"bench{i}" for i in range(1, 5)])
     assert CASES["bench1"].m == tuple(benchmarks[0]["m"]) and CASES["bench1"].k == (7168,) * 8
-    # What tools/sm90_check.py checked, under the same names and shapes
+    # The cases of the Hopper check this tool replaced (tools/sm90_check.py), same names and shapes
     assert (CASES["m300"].m, CASES["m300"].n, CASES["m300"].k) == ((300,), (384,), (512,))
     assert (CASES["n256_k256"].m, CASES["n256_k256"].n) == ((33, 200), (256, 256))
     assert (CASES["one_group"].m, CASES["one_group"].k) == ((77,), (512,))

@@ -78,7 +78,9 @@ def walk_h200(sizes, records, offsets):
         for v in range(len(sm90_kernel.VARIANTS)):
             for g, n0, t0, variant, m_end, n, k, _ in records[row[v]:row[v + 1]]:
                 assert variant == v and (n, k) == sizes[g][1:]
-                assert 0 < m_end - t0 <= sm90_kernel.VARIANTS[v]
+                # the smallest wgmma N that covers the tile; tokens load as 64-row boxes from t0
+                assert 0 < m_end - t0 <= sm90_kernel.VARIANTS[v] < m_end - t0 + sm90_kernel.TOKEN_STEP
+                assert t0 % sm90_kernel.TOKEN_BOX_ROWS == 0 and n0 % sm90_kernel.TILE_W == 0
                 writes[g][t0:m_end, n0:n0 + sm90_kernel.TILE_W] += 1
     return writes
 

@@ -14,7 +14,6 @@ CUDA_TOOLS = {
     "bench_h200.py": ["--only", "4"],
     "check.py": [],
     "host_time.py": ["--calls", "2"],
-    "sm90_check.py": ["--no-time"],
     "sm90_profile.py": ["tiles"],
 }
 

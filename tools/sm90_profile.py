@@ -54,18 +54,24 @@ def load_instrumented():
     path.write_text(instrumented_source((ROOT / "sm90_kernel.py").read_text()))
     spec = importlib.util.spec_from_file_location("sm90_kernel", path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules["sm90_kernel"] = module  # sm90_check imports it by this name
+    sys.modules["sm90_kernel"] = module  # submission imports it by this name
     spec.loader.exec_module(module)
     return module
 
 
+def _benchmarks():
+    import check
+
+    return [case for case in check.ladder() if case.stage == "benchmarks"]
+
+
 def tiles_report():
     kernel = load_instrumented()  # submission imports sm90_kernel by name: it gets this copy
-    import sm90_check
+    import check
     import submission
 
-    for number, shapes in enumerate(sm90_check.BENCHMARKS, 1):
-        data, _ = sm90_check.make_input(shapes)
+    for number, case in enumerate(_benchmarks(), 1):
+        data, _ = check.make_input(case, "cuda")
         for _ in range(2):
             submission.custom_kernel(data)
         torch.cuda.synchronize()
@@ -89,13 +95,13 @@ def tiles_report():
 
 
 def timeline_report():
-    import sm90_check
+    import check
     import submission
     from torch.profiler import ProfilerActivity, profile
 
     median = lambda xs: statistics.median(xs) if xs else float("nan")  # noqa: E731
-    for number, shapes in enumerate(sm90_check.BENCHMARKS, 1):
-        inputs = [sm90_check.make_input(shapes, seed=1111 + 42 * i)[0] for i in range(15)]
+    for number, case in enumerate(_benchmarks(), 1):
+        inputs = [check.make_input(case, "cuda", seed=1111 + 42 * i)[0] for i in range(15)]
         for data in inputs:
             submission.custom_kernel(data)
         flush = torch.empty(256 * 1024 * 1024, dtype=torch.int8, device="cuda")
