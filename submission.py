@@ -902,6 +902,7 @@ class Sm100GroupedGemm:
             smem=SharedStorage.size_in_bytes(),
             stream=args.stream,
             min_blocks_per_mp=1,
+            use_pdl=True,
         )
 
     @staticmethod
@@ -932,6 +933,9 @@ class Sm100GroupedGemm:
         coords: group 0's TMA coordinate tensors (weights, tokens per variant, weight scales, token
         scales), used for every group: coordinates are tile indices, the selected descriptor bounds them."""
         self._setup()  # the MMAs and layouts, rebuilt inside the kernel: all of them are static
+        # Programmatic dependent launch: the next call's kernel may start on SMs this one leaves,
+        # overlapping its prologue and first loads with this kernel's tail (see epilogue()).
+        cute.arch.griddepcontrol_launch_dependents()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         block, _, _ = cute.arch.block_idx()
         pair = block // 2
@@ -1189,6 +1193,10 @@ class Sm100GroupedGemm:
         odd = lane % 2
         lane_address = acc_tmem_ptr.toint() + ((32 * warp_idx) << 16)  # TMEM address: lane << 16 | column
         tiles, begin, end = walk
+        # With programmatic dependent launch the previous call's kernel may still be running; its
+        # stores must land first (the same c may be passed twice). The loads need no such wait:
+        # they read only the inputs, which a previous call of this kernel never writes.
+        cute.arch.griddepcontrol_wait()
         acc_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, ACC_STAGES)
         for t in range(begin, end):
             g, n0, t0, m_end, n = tiles[t, 0], tiles[t, 1], tiles[t, 2], tiles[t, 4], tiles[t, 5]
