@@ -18,8 +18,6 @@ repeats that work for every 128-row weight tile (N / 128 times) and needs a barr
 consumer warpgroups per k-step; measured, that made the GEMM issue-bound (bench 1: 171 us).
 (2) The persistent GEMM, launched with programmatic dependent launch: its prologue and weight
 stream start while the pre-pass finishes; only its token loads wait (griddepcontrol.wait).
-The next call's pre-pass is launched the same way after this GEMM: it loads and converts its
-tokens while the GEMM's last tiles run and waits only before overwriting the scratch.
 
 Tiles and schedule.  A GEMM tile is 128 weight rows (two consumer warpgroups x 64) x up to 256
 tokens x the whole K.  Its wgmma N is the tile's token count rounded up to TOKEN_STEP (16), one
@@ -384,9 +382,6 @@ def _token_kernel(args: LaunchArgsView):
             o, w = 2 * (j % 2) + s, j // 2
             sts_v4(warp_smem + lane * 128 + ((c ^ (lane & 7)) << 4), *[outs[2 * qq + w][o] for qq in range(4)])
     cute.arch.sync_warp()
-    # Launched with programmatic dependent launch after the previous call's GEMM, which may still
-    # be reading this scratch: wait for it before overwriting (the loads above read only inputs).
-    cute.arch.griddepcontrol_wait()
     dst = select_by_group(g, args.tokens) + cutlass.Int64(warp_base) * 128
     for i in cutlass.range_constexpr(8):
         src_unit = 4 * i + (lane >> 3)
@@ -651,8 +646,6 @@ def _gemm_kernel(
 ):
     """The persistent GEMM.  w_atoms, box_atoms, sub_atoms: one TMA atom per group (weights, 64-row
     and 16-row token boxes); tma_*: group 0's coordinate tensors, used for every group."""
-    # The next call's token pre-pass may launch as SMs free up (it waits before writing scratch).
-    cute.arch.griddepcontrol_launch_dependents()
     tiles = gmem_matrix(cutlass.Int32, args.tiles, args.num_tiles, RECORD_WORDS)
     cta_tiles = gmem_matrix(cutlass.Int32, args.cta_tiles, args.num_ctas, len(VARIANTS) + 1)
     tidx, _, _ = cute.arch.thread_idx()
@@ -728,7 +721,6 @@ def _launch(args: LaunchArgs):
         block=(PREP_THREADS, 1, 1),
         smem=_PrepStorage.size_in_bytes(),
         stream=args.stream,
-        use_pdl=True,
     )
     tma_w, tma_box, tma_sub = tmas[0]
     _gemm_kernel(tuple(w_atoms), tma_w, tuple(box_atoms), tma_box, tuple(sub_atoms), tma_sub, args).launch(
