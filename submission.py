@@ -32,9 +32,10 @@ Schedule (shared with Hopper: build_tile_schedule). On the host, per shape signa
 is cut into weight blocks of 256 rows and token tiles of up to 128 tokens (starting at multiples
 of 128, one block of the scale layout). A weight block's token tiles form one job, run back to back
 by one pair, so its weights come from DRAM once and its later token tiles find them in L2.
-Jobs are spread over the 74 pairs longest-processing-time first by the modeled job time (the
-longer of weight streaming and MMA time, B200Model), then improved by moves and swaps. Each pair
-walks its records (group, n0, t0, variant, m_end, n, k) in order; tests/test_schedule.py walks the
+Jobs are spread over the co-resident SM pairs (74 on a B200; the driver's occupancy answer for
+clusters of 2, as NVIDIA's examples size their grids) longest-processing-time first by the
+modeled mainloop time (B200Model), then improved by moves and swaps. Each pair walks its records
+(group, n0, t0, variant, m_end, n, k, last_in_job) in order; tests/test_schedule.py walks the
 table in Python as the kernel does and checks every output element is written exactly once.
 
 Warp roles (192 threads per CTA, 1 CTA per SM, clusters of 2):
@@ -54,8 +55,16 @@ Named barriers: Barrier enum (epilogue, TMEM allocation).
 
 Memory path. 8 smem stages of 28 KB per CTA (weights 16 KB, tokens 8 KB, weight scales 2 KB,
 token scales 2 KB): as many as 227 KB holds, no C staging. L2 policies: weights and their scales
-evict-first (read once), tokens and their scales evict-last (re-read by every weight block).
+evict-first on their last reader (the job's last token tile; evict-normal before, so the next
+token tile finds them), tokens and their scales evict-last (re-read by every weight block).
 Token rows past M are zero-filled by the TMA, not read from memory.
+
+Launch. Programmatic dependent launch: each kernel lets the next call's kernel launch as soon as
+all its CTAs run (griddepcontrol.launch_dependents at the start), so the next launch and its
+prologue (barrier init, TMEM allocation) overlap this kernel's tail on the SMs it frees; the TMA
+warp waits (griddepcontrol.wait) before its first load, and every other role depends on loads.
+Around the accumulator hand-offs, tcgen05.fence::after_thread_sync follows each wait and
+::before_thread_sync precedes the epilogue's release.
 
 Epilogue: direct stores, no TMA store. C is [M, N] with N contiguous and the accumulator holds
 C^T, so a lane owns one weight column n and 32 consecutive token rows. Neighbouring lanes (n, n^1)
@@ -76,12 +85,13 @@ DSMEM) pays in the model only where most pairs idle (one group of a few tokens),
 jobs by the model's mainloop time (B200Model).
 
 Techniques of the published ladders (ANCHORS.md), adopted or not:
-  gau-nernst: persistent grid (adopted: 74 pairs); BLOCK_N 256 with overlapped TMEM (adopted as
+  gau-nernst: persistent grid (adopted: the co-resident pairs); BLOCK_N 256 with overlapped TMEM (adopted as
   2 accumulators of up to 128 columns); groups sorted by M / raster along M (replaced by the
   model-balanced table with weight blocks kept together); 2-SM MMA with weights as M = 256
   (adopted); unrolled first stages (not adopted: the pipeline peeks instead; ANCHORS lists it as
   a pitfall with fewer k-tiles than stages); multicast of the token scales (adopted); streaming
-  stores (adopted: st.global from registers, no TMA store); switch-based tile lookup (replaced by
+  stores (adopted: st.global from registers, no TMA store); evict-first weights (adopted, on a
+  block's last reader); switch-based tile lookup (replaced by
   the table walk); skip out-of-bounds loads (TMA zero-fill, no memory traffic; whole boxes past M
   are still issued); BLOCK_M 256 / two MMA_N 128 (not adopted: token tiles stop at 128 so the
   accumulators double-buffer); CLC dynamic scheduling (not available in 4.3.5, and measured
@@ -100,8 +110,9 @@ Departures from NVIDIA's dense_blockscaled_gemm_persistent.py (cutlass v4.3.5), 
   - the epilogue stores from registers (see Epilogue);
   - the static schedule is a host table rather than a linear tile index.
 
-Never executed (no B200 in reach): tcgen05.mma / cp / ld, TMEM allocation, the 2-CTA pairing and
-cluster launch, the SFB multicast, this kernel's pipelines. Executed on the H200 through the Hopper
+Never executed (no B200 in reach): tcgen05.mma / cp / ld / fence, TMEM allocation, the 2-CTA
+pairing and cluster launch, the SFB multicast, this kernel's pipelines and its programmatic
+dependent launch across calls (the Hopper path runs PDL between its two kernels, not across calls). Executed on the H200 through the Hopper
 path: the host path and LaunchArgs, descriptor construction as kernel parameters and their
 selection by group, the schedule and its table, the epilogue's row pairing and clipped stores.
 """
@@ -210,7 +221,7 @@ def validate_inputs(data) -> tuple:
 # Tile schedule, shared by both kernels (pure Python: built once per shape signature)
 # --------------------------------------------------------------------------------------------------
 
-RECORD_FIELDS = ("group", "n0", "t0", "variant", "m_end", "n", "k", "spare")  # one int32 each
+RECORD_FIELDS = ("group", "n0", "t0", "variant", "m_end", "n", "k", "last_in_job")  # one int32 each
 
 
 @dataclass(frozen=True)
@@ -287,9 +298,10 @@ def _balance(jobs, num_workers):
 def build_tile_schedule(sizes, num_workers: int, shape: ScheduleShape):
     """The tile records and per-worker offsets of one problem set.
 
-    records: list of int32 rows RECORD_FIELDS = (group, n0, t0, variant, m_end, n, k, spare): the
-    tile computes tokens t0..m_end-1 of `group` against weight rows n0..n0 + weight_rows - 1 (clipped
-    at n) over the whole K, with token width shape.token_variants[variant].
+    records: list of int32 rows RECORD_FIELDS = (group, n0, t0, variant, m_end, n, k, last_in_job):
+    the tile computes tokens t0..m_end-1 of `group` against weight rows n0..n0 + weight_rows - 1
+    (clipped at n) over the whole K, with token width shape.token_variants[variant]; last_in_job is
+    1 on the last tile of its job (with weight_block_jobs: the last reader of its weight block).
     offsets: one row per worker. With shape.group_by_variant, worker w runs variant v on records
     [offsets[w][v], offsets[w][v + 1]); otherwise it runs records [offsets[w][0], offsets[w][1]) in
     order. Workers' ranges are contiguous and in worker order.
@@ -303,7 +315,10 @@ def build_tile_schedule(sizes, num_workers: int, shape: ScheduleShape):
         for group, (m, n, k) in enumerate(sizes):
             token_tiles = _token_tiles(m, chunk, shape.token_variants)
             for n0 in range(0, n, shape.weight_rows):
-                tiles = [(group, n0, t0, v, m_end, n, k, 0) for t0, m_end, v in token_tiles]
+                tiles = [
+                    (group, n0, t0, v, m_end, n, k, int(i == len(token_tiles) - 1))
+                    for i, (t0, m_end, v) in enumerate(token_tiles)
+                ]
                 costs = [shape.tile_cost(shape.token_variants[v], k) for _, _, v in token_tiles]
                 if shape.weight_block_jobs:
                     jobs.append((shape.job_cost(sum(costs), k), tiles))
@@ -740,7 +755,8 @@ SM100_SCHEDULE = ScheduleShape(
 
 @dsl_user_op
 def _l2_policy(evict: str, *, loc=None, ip=None):
-    """An L2 cache policy for TMA loads: 'first' (read once: weights), 'last' (re-read: tokens)."""
+    """An L2 cache policy for TMA loads: 'first' (read for the last time), 'normal', 'last' (re-read
+    by other tiles: tokens)."""
     return cutlass.Int64(
         asm(T.i64(), [], f"createpolicy.fractional.L2::evict_{evict}.b64 $0, 1.0;", "=l", False)
     )
@@ -760,6 +776,13 @@ def _tmem_load_32_columns(address, *, loc=None, ip=None):
         True,
     )
     return [cutlass.Float32(llvm.bitcast(T.f32(), llvm.extractvalue(T.i32(), res, [i]))) for i in range(EPILOGUE_COLUMNS)]
+
+
+@dsl_user_op
+def _tcgen05_fence(kind: str, *, loc=None, ip=None):
+    """tcgen05.fence::before_thread_sync / ::after_thread_sync: orders this thread's tcgen05
+    operations (MMA, TMEM loads) with the barrier arrive after it / the barrier wait before it."""
+    asm(None, [], f"tcgen05.fence::{kind};", "", True)
 
 
 @dataclass(frozen=True)
@@ -934,7 +957,7 @@ class Sm100GroupedGemm:
         scales), used for every group: coordinates are tile indices, the selected descriptor bounds them."""
         self._setup()  # the MMAs and layouts, rebuilt inside the kernel: all of them are static
         # Programmatic dependent launch: the next call's kernel may start on SMs this one leaves,
-        # overlapping its prologue and first loads with this kernel's tail (see epilogue()).
+        # overlapping its launch and prologue with this kernel's tail (its loads wait: load()).
         cute.arch.griddepcontrol_launch_dependents()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         block, _, _ = cute.arch.block_idx()
@@ -1050,12 +1073,19 @@ class Sm100GroupedGemm:
             )
             token_parts.append((tBsB, tBgB))
         sfb_mask = cpasync.create_tma_multicast_mask(self.cluster_layout_sfb_vmnk, cta_coord_sfb_vmnk, mcast_mode=1)
-        read_once, read_again = _l2_policy("first"), _l2_policy("last")
+        read_once, read_normal, read_again = _l2_policy("first"), _l2_policy("normal"), _l2_policy("last")
 
         tiles, begin, end = walk
+        # Launched with programmatic dependent launch: the kernel before this one in the stream
+        # (the previous call, or whatever wrote the inputs) may still be running, and its writes
+        # are visible only after this wait. Everything else of the kernel depends on these loads.
+        cute.arch.griddepcontrol_wait()
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
         for t in range(begin, end):
             g, n0, t0, variant_index, k = tiles[t, 0], tiles[t, 1], tiles[t, 2], tiles[t, 3], tiles[t, 6]
+            # A weight block's last reader (its job's last token tile) streams it evict-first; the
+            # tiles before keep it in L2 for the next token tile of the job.
+            read_weights = cutlass.Int64(cutlass.select_(tiles[t, 7] != 0, read_once, read_normal))
             desc_w = group_tma_desc(g, weight_atoms)
             desc_wsf = group_tma_desc(g, weight_sf_atoms)
             desc_tsf = group_tma_desc(g, token_sf_atoms)
@@ -1063,8 +1093,8 @@ class Sm100GroupedGemm:
             wsf_slice = tAgSFA[(None, n0 // PAIR_WEIGHT_ROWS, None, 0)]
             tsf_slice = tBgSFB[(None, t0 // TOKEN_CHUNK, None, 0)]
             weights = (
-                (weight_atoms[0], w_slice, tAsA, desc_w, None, read_once),
-                (weight_sf_atoms[0], wsf_slice, tAsSFA, desc_wsf, None, read_once),
+                (weight_atoms[0], w_slice, tAsA, desc_w, None, read_weights),
+                (weight_sf_atoms[0], wsf_slice, tAsSFA, desc_wsf, None, read_weights),
                 (token_sf_atoms[0], tsf_slice, tBsSFB, desc_tsf, sfb_mask, read_again),
             )
             tokens = [
@@ -1142,6 +1172,7 @@ class Sm100GroupedGemm:
             variant_index, k = tiles[t, 3], tiles[t, 6]
             if is_leader_cta:
                 acc_pipeline.producer_acquire(acc_state)
+                _tcgen05_fence("after_thread_sync")  # the epilogue's loads of this buffer are done
             for v in cutlass.range_constexpr(len(self.variants)):
                 if variant_index == v:
                     ab_state = self._mma_tile(parts[v], ab_pipeline, ab_state, acc_state.index, k // K_TILE, is_leader_cta)
@@ -1193,16 +1224,13 @@ class Sm100GroupedGemm:
         odd = lane % 2
         lane_address = acc_tmem_ptr.toint() + ((32 * warp_idx) << 16)  # TMEM address: lane << 16 | column
         tiles, begin, end = walk
-        # With programmatic dependent launch the previous call's kernel may still be running; its
-        # stores must land first (the same c may be passed twice). The loads need no such wait:
-        # they read only the inputs, which a previous call of this kernel never writes.
-        cute.arch.griddepcontrol_wait()
         acc_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, ACC_STAGES)
         for t in range(begin, end):
             g, n0, t0, m_end, n = tiles[t, 0], tiles[t, 1], tiles[t, 2], tiles[t, 4], tiles[t, 5]
             weight_row = n0 + CTA_WEIGHT_ROWS * cta_in_pair + 32 * warp_idx + lane
             c_address = select_by_group(g, args.c)
             acc_pipeline.consumer_wait(acc_state)
+            _tcgen05_fence("after_thread_sync")  # the MMAs that wrote this accumulator are done
             # The pair's second CTA holds rows past N when N is an odd multiple of 128: no stores.
             if n0 + CTA_WEIGHT_ROWS * cta_in_pair < n:
                 for chunk in range((m_end - t0 + EPILOGUE_COLUMNS - 1) // EPILOGUE_COLUMNS):
@@ -1215,7 +1243,7 @@ class Sm100GroupedGemm:
                     for p in cutlass.range_constexpr(EPILOGUE_COLUMNS // 2):
                         word = row_pair_word(pack_f16x2(values[2 * p], values[2 * p + 1]), odd, 1)
                         store_words_if(address + cutlass.Int64(2 * p) * n * 2, (word,), rows_left, 2 * p, 0)
-            cute.arch.fence_view_async_tmem_load()
+            _tcgen05_fence("before_thread_sync")  # this warp's TMEM loads precede the release
             with cute.arch.elect_one():
                 acc_pipeline.consumer_release(acc_state)
             acc_state.advance()
@@ -1244,11 +1272,19 @@ def compile_sm100(num_groups: int, gemm: Sm100GroupedGemm | None = None):
     return _sm100_kernels[num_groups]
 
 
+@functools.cache
+def _co_resident_pairs(device) -> int:
+    """SM pairs whose clusters of 2 can all be resident at once (a persistent grid larger than
+    that would run its last pairs after the others): the driver's occupancy answer, as NVIDIA's
+    examples size their grids, at most half the SMs."""
+    pairs = utils.HardwareInfo(device.index or 0).get_max_active_clusters(2)
+    return min(pairs, torch.cuda.get_device_properties(device).multi_processor_count // 2)
+
+
 def sm100_launch_args(sizes, device):
     """One shape signature's launch arguments and the device tables they point to: its schedule
     over the device's SM pairs, the sizes. The inputs' addresses arrive per call (ShapePlan.run)."""
-    num_pairs = torch.cuda.get_device_properties(device).multi_processor_count // 2
-    records, offsets = build_tile_schedule(sizes, num_pairs, SM100_SCHEDULE)
+    records, offsets = build_tile_schedule(sizes, _co_resident_pairs(device), SM100_SCHEDULE)
     tiles = torch.tensor(records, dtype=torch.int32, device=device)
     pair_tiles = torch.tensor(offsets, dtype=torch.int32, device=device)
     args = _sm100_launch_args(len(sizes))

@@ -124,6 +124,19 @@ def test_b200_pairs_run_a_weight_block_back_to_back():
     assert len(owner) == sum(n // submission.PAIR_WEIGHT_ROWS for _, n, _ in sizes)
 
 
+@pytest.mark.parametrize("name", ["benchmarks0", "G=5", "M=300"])
+def test_b200_last_reader_of_a_weight_block_is_marked(name):
+    """last_in_job (record column 7) is 1 exactly on a weight block's last token tile: the TMA
+    warp loads that tile's weights evict-first and the earlier ones evict-normal."""
+    sizes = SHAPES[name]
+    records, offsets = submission.build_tile_schedule(sizes, B200_PAIRS, submission.SM100_SCHEDULE)
+    for begin, end in offsets:
+        pair = records[begin:end]
+        for i, (g, n0, *_, last) in enumerate(pair):
+            later_same_block = any(r[0] == g and r[1] == n0 for r in pair[i + 1:])
+            assert last == (0 if later_same_block else 1)
+
+
 def test_b200_token_variant_is_the_smallest_that_fits():
     """A 40-token group computes 64 token columns, not 128; 176 tokens are 128 + 64."""
     records, _ = submission.build_tile_schedule([(40, 256, 256), (176, 256, 256)], B200_PAIRS, submission.SM100_SCHEDULE)
