@@ -1277,7 +1277,9 @@ def _co_resident_pairs(device) -> int:
     """SM pairs whose clusters of 2 can all be resident at once (a persistent grid larger than
     that would run its last pairs after the others): the driver's occupancy answer, as NVIDIA's
     examples size their grids, at most half the SMs."""
-    pairs = utils.HardwareInfo(device.index or 0).get_max_active_clusters(2)
+    with torch.cuda.device(device):
+        torch.cuda.synchronize()  # the device's context must be current for the driver's query
+        pairs = utils.HardwareInfo(torch.cuda.current_device()).get_max_active_clusters(2)
     return min(pairs, torch.cuda.get_device_properties(device).multi_processor_count // 2)
 
 
