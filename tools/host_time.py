@@ -5,7 +5,7 @@
 For each task.yml benchmark: a first call builds the shape's plan (compile, schedule), as the
 board's correctness pass on clones does; then `--calls` never-seen inputs of the same shape are
 each called once (first-seen), then all again five times (repeated), timed on the host with
-perf_counter while the GPU is kept busy (launches never wait for queue space). Rows:
+perf_counter while the GPU is kept busy and the launch queue short (no launch waits). Rows:
   - the path this GPU runs (Hopper on 9.0, B200 on 10.0), whole calls: lookup, checks, address
     writes, the compiled host function (TMA descriptor encoding and the launches);
   - its compiled host function alone, repeated (what the launch itself costs);
@@ -38,9 +38,12 @@ class _StandIn:
 def _time_calls(function, inputs, rounds):
     import torch
 
-    torch.cuda._sleep(300_000_000)  # keep the GPU busy: launches never wait for queue space
     spans = []
     for _ in range(rounds):
+        # Each round starts on an idle queue with the GPU kept busy, so no launch waits for
+        # queue space (about a thousand pending launches block the host).
+        torch.cuda.synchronize()
+        torch.cuda._sleep(300_000_000)
         for data in inputs:
             start = time.perf_counter()
             function(data)
