@@ -140,7 +140,7 @@ SF_BLOCK_COLS = 4  # ... and scale columns to 4 (64 values of K)
 K_MULTIPLE = 256  # every K must be a multiple of the largest K tile (B200: 256)
 N_MULTIPLE = 128  # both kernels cut the weights (N) into 128-row tiles: one CTA's MMA rows
 MAX_GROUPS = 32  # per-group TMA descriptors are kernel parameters (32 KiB of parameter space)
-SUPPORTED_GPUS = "B200 (compute capability 10.0) and H100/H200 (9.0)"
+SUPPORTED_GPUS = "B200 (compute capability 10.0) or H100/H200 (9.0)"
 
 
 def _ceil_div(a: int, b: int) -> int:
