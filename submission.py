@@ -515,10 +515,10 @@ def group_tma_desc(group, atoms):
     return _cute_ir.inttoptr(_tma_desc_type(), aligned)
 
 
-def gmem_matrix(dtype, address, rows, cols, row_stride=None):
-    """A (rows, cols) global tensor at `address`, rows `row_stride` elements apart (default cols)."""
+def gmem_matrix(dtype, address, rows, cols):
+    """A row-major (rows, cols) global tensor at `address`."""
     ptr = cute.make_ptr(dtype, address, cute.AddressSpace.gmem, assumed_align=16)
-    return cute.make_tensor(ptr, cute.make_layout((rows, cols), stride=(cols if row_stride is None else row_stride, 1)))
+    return cute.make_tensor(ptr, cute.make_layout((rows, cols), stride=(cols, 1)))
 
 
 class CompiledLaunch:
@@ -1254,7 +1254,9 @@ class Sm100GroupedGemm:
 # --------------------------------------------------------------------------------------------------
 
 
-def _sm100_launch_args(num_groups: int) -> LaunchArgs:
+def _sm100_args_layout(num_groups: int) -> LaunchArgs:
+    """Empty launch arguments of the B200 kernel for `num_groups` groups (compiling needs only
+    their layout)."""
     return LaunchArgs(num_groups, addresses=("tiles", "pair_tiles"), integers=("num_tiles", "num_pairs"))
 
 
@@ -1268,7 +1270,7 @@ def compile_sm100(num_groups: int, gemm: Sm100GroupedGemm | None = None):
     `gemm`: the instance to trace, for a caller that reads its traced attributes (shared memory)."""
     if num_groups not in _sm100_kernels:
         gemm = Sm100GroupedGemm(num_groups) if gemm is None else gemm
-        _sm100_kernels[num_groups] = cute.compile(gemm, _sm100_launch_args(num_groups))
+        _sm100_kernels[num_groups] = cute.compile(gemm, _sm100_args_layout(num_groups))
     return _sm100_kernels[num_groups]
 
 
@@ -1289,7 +1291,7 @@ def sm100_launch_args(sizes, device):
     records, offsets = build_tile_schedule(sizes, _co_resident_pairs(device), SM100_SCHEDULE)
     tiles = torch.tensor(records, dtype=torch.int32, device=device)
     pair_tiles = torch.tensor(offsets, dtype=torch.int32, device=device)
-    args = _sm100_launch_args(len(sizes))
+    args = _sm100_args_layout(len(sizes))
     for i, field in enumerate(SIZE_FIELDS):
         args.set(field, [s[i] for s in sizes])
     args.set("tiles", tiles.data_ptr())
