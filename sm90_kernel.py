@@ -789,9 +789,7 @@ def make_sm90_launch(sizes, device):
     scratch = torch.empty(total, dtype=torch.float16, device=device)
 
     args = _launch_args(len(sizes))
-    args.set("m", [m for m, _, _ in sizes])
-    args.set("n", [n for _, n, _ in sizes])
-    args.set("k", [k for _, _, k in sizes])
+    args.set_sizes(sizes)
     args.set("tokens", [scratch.data_ptr() + 2 * s for s in starts])
     args.set("tiles", tiles.data_ptr())
     args.set("cta_tiles", cta_tiles.data_ptr())

@@ -390,6 +390,11 @@ class LaunchArgs:
         else:
             block[start : start + count] = list(values)
 
+    def set_sizes(self, sizes) -> None:
+        """m, n, k of every group, from ((m, n, k), ...)."""
+        for i, field in enumerate(SIZE_FIELDS):
+            self.set(field, [size[i] for size in sizes])
+
     def set_inputs(self, pointers) -> None:
         """The 5G input addresses in gather order (see the class docstring)."""
         self.i64[: len(pointers)] = pointers
@@ -1292,8 +1297,7 @@ def sm100_launch_args(sizes, device):
     tiles = torch.tensor(records, dtype=torch.int32, device=device)
     pair_tiles = torch.tensor(offsets, dtype=torch.int32, device=device)
     args = _sm100_args_layout(len(sizes))
-    for i, field in enumerate(SIZE_FIELDS):
-        args.set(field, [s[i] for s in sizes])
+    args.set_sizes(sizes)
     args.set("tiles", tiles.data_ptr())
     args.set("pair_tiles", pair_tiles.data_ptr())
     args.set("num_tiles", len(records))
