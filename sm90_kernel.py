@@ -743,10 +743,9 @@ SCHEDULE = ScheduleShape(
     token_chunks=TOKEN_CHUNKS,
     token_variants=VARIANTS,
     tile_cost=lambda n_tok, k: (k // TILE_K) * (n_tok + TILE_COST_K),
-    job_cost=lambda tile_costs, k: tile_costs,
     balance_floor=BALANCE_FLOOR,
     group_by_variant=True,
-    weight_block_jobs=False,
+    jobs="tiles",
 )
 
 _compiled = {}

@@ -118,12 +118,17 @@ selection by group, the schedule and its table, the epilogue's row pairing and c
 """
 from __future__ import annotations
 
+# The B200 configuration this file runs: "shipped", "safe", or either with fields changed, e.g.
+# "shipped,multicast=off" (Sm100Config below lists the fields; tools/check.py names this line).
+SM100_CONFIG = "shipped"
+
 import bisect
 import ctypes
 import enum
 import functools
 import heapq
 import operator
+import dataclasses
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Callable
@@ -221,7 +226,8 @@ def validate_inputs(data) -> tuple:
 # Tile schedule, shared by both kernels (pure Python: built once per shape signature)
 # --------------------------------------------------------------------------------------------------
 
-RECORD_FIELDS = ("group", "n0", "t0", "variant", "m_end", "n", "k", "last_in_job")  # one int32 each
+RECORD_FIELDS = ("group", "n0", "t0", "variant", "m_end", "n", "k", "sole_reader_ends")  # one int32 each
+JOB_POLICIES = ("tiles", "weight_blocks", "hybrid")
 
 
 @dataclass(frozen=True)
@@ -231,11 +237,13 @@ class ScheduleShape:
     weight_rows: int  # weight rows (N) per tile: one CTA's (Hopper 128) or one CTA pair's (B200 256)
     token_chunks: tuple  # candidate token-tile heights; the planner keeps the best modeled makespan
     token_variants: tuple  # compiled token widths (MMA N), ascending; a tile runs the smallest that fits
-    tile_cost: Callable  # (variant width, K) -> modeled time of one tile, in any unit
-    job_cost: Callable  # (sum of the job's tile costs, K) -> modeled time of a job (tile_costs + fixed)
+    tile_cost: Callable  # (variant width, K) -> modeled time of one tile, in any unit; a job's is the sum
     balance_floor: float  # measured ratio busiest / mean worker that no balancing beats
     group_by_variant: bool  # a worker's tiles sorted by variant, one offset per variant (Hopper)
-    weight_block_jobs: bool  # a weight block's token tiles form one job, run back to back (B200)
+    # What one worker runs back to back: "tiles" (every tile its own job), "weight_blocks" (a
+    # weight block's token tiles, so its later tiles find the weights in L2), or "hybrid" (weight
+    # blocks, the costliest split into their tiles until there are as many jobs as workers).
+    jobs: str
 
 
 def _token_tiles(m: int, chunk: int, variants: tuple):
@@ -295,13 +303,28 @@ def _balance(jobs, num_workers):
     return max(loads), [[payload for _, payload in b] for b in bins]
 
 
+def _split_jobs(blocks, num_workers: int):
+    """The hybrid policy: weight-block jobs, where there are enough of them to fill the workers;
+    otherwise the costliest blocks are cut into single tiles until every worker can get a job
+    (benchmarks 3 and 4 have 24 and 32 weight blocks of 256 rows for 74 SM pairs: all are cut)."""
+    jobs = sorted(blocks, key=lambda job: -job[0])
+    split = []
+    while jobs and len(jobs) + len(split) < num_workers and len(jobs[0][2]) > 1:
+        _, _, tiles, costs = jobs.pop(0)
+        # Several workers read this block now: none of them may evict it.
+        split.extend((cost, [tile[:7] + (0,)]) for cost, tile in zip(costs, tiles))
+    return [(cost, tiles) for cost, _, tiles, _ in jobs] + split
+
+
 def build_tile_schedule(sizes, num_workers: int, shape: ScheduleShape):
     """The tile records and per-worker offsets of one problem set.
 
-    records: list of int32 rows RECORD_FIELDS = (group, n0, t0, variant, m_end, n, k, last_in_job):
-    the tile computes tokens t0..m_end-1 of `group` against weight rows n0..n0 + weight_rows - 1
-    (clipped at n) over the whole K, with token width shape.token_variants[variant]; last_in_job is
-    1 on the last tile of its job (with weight_block_jobs: the last reader of its weight block).
+    records: list of int32 rows RECORD_FIELDS = (group, n0, t0, variant, m_end, n, k,
+    sole_reader_ends): the tile computes tokens t0..m_end-1 of `group` against weight rows
+    n0..n0 + weight_rows - 1 (clipped at n) over the whole K, with token width
+    shape.token_variants[variant]; sole_reader_ends is 1 on the last tile of a weight block whose
+    tiles all run as one job (one worker reads the block, and this tile reads it for the last
+    time: the B200 kernel streams it evict-first), else 0.
     offsets: one row per worker. With shape.group_by_variant, worker w runs variant v on records
     [offsets[w][v], offsets[w][v + 1]); otherwise it runs records [offsets[w][0], offsets[w][1]) in
     order. Workers' ranges are contiguous and in worker order.
@@ -311,7 +334,7 @@ def build_tile_schedule(sizes, num_workers: int, shape: ScheduleShape):
     problem has few weight blocks (two groups of 3072 x 4096 make 24 weight blocks of 256 rows)."""
     best = None
     for chunk in shape.token_chunks:
-        jobs = []
+        blocks = []  # (job cost, block, its tiles, their costs) per weight block
         for group, (m, n, k) in enumerate(sizes):
             token_tiles = _token_tiles(m, chunk, shape.token_variants)
             for n0 in range(0, n, shape.weight_rows):
@@ -320,10 +343,17 @@ def build_tile_schedule(sizes, num_workers: int, shape: ScheduleShape):
                     for i, (t0, m_end, v) in enumerate(token_tiles)
                 ]
                 costs = [shape.tile_cost(shape.token_variants[v], k) for _, _, v in token_tiles]
-                if shape.weight_block_jobs:
-                    jobs.append((shape.job_cost(sum(costs), k), tiles))
-                else:
-                    jobs.extend((shape.job_cost(cost, k), [tile]) for cost, tile in zip(costs, tiles))
+                blocks.append((sum(costs), (group, n0), tiles, costs))
+        if shape.jobs == "weight_blocks":
+            jobs = [(cost, tiles) for cost, _, tiles, _ in blocks]
+        elif shape.jobs == "hybrid":
+            jobs = _split_jobs(blocks, num_workers)
+        else:  # every tile its own job: a block of several tiles has several readers
+            jobs = [
+                (cost, [tile if len(tiles) == 1 else tile[:7] + (0,)])
+                for _, _, tiles, costs in blocks
+                for cost, tile in zip(costs, tiles)
+            ]
         makespan, assigned = _balance(jobs, num_workers)
         makespan = max(makespan, shape.balance_floor * sum(cost for cost, _ in jobs) / len(assigned))
         if best is None or makespan < best[0]:
@@ -600,11 +630,11 @@ def _build_plan(data) -> ShapePlan:
         raise ValueError(f"custom_kernel needs CUDA tensors on a {SUPPORTED_GPUS} GPU; the inputs are on {device}")
     major, minor = torch.cuda.get_device_capability(device)
     if major == 10:
-        launch = make_sm100_launch(sizes, device)
+        launch = make_sm100_launch(sizes, device, sm100_config())
     elif (major, minor) == (9, 0):
         import sm90_kernel  # only on Hopper: keeps this file self-contained for the board
 
-        launch = sm90_kernel.make_sm90_launch(sizes, device)
+        launch = sm90_kernel.make_sm90_launch(sizes, device, sm100_config())
     else:
         raise ValueError(f"no kernel for compute capability {major}.{minor}: this submission runs on {SUPPORTED_GPUS}")
     return ShapePlan(sizes, _metadata(tensors), launch)
@@ -687,15 +717,14 @@ AB_DTYPE = cutlass.Float4E2M1FN
 SF_DTYPE = cutlass.Float8E4M3FN
 ACC_DTYPE = cutlass.Float32
 
-PAIR_WEIGHT_ROWS = 256  # MMA M: the weights of a 2-CTA pair, 128 rows in each CTA
-CTA_WEIGHT_ROWS = 128
-TOKEN_VARIANTS = (64, 128)  # MMA N (tokens) the kernel is compiled for; a tile runs the smallest that fits
+CTA_WEIGHT_ROWS = 128  # MMA M per CTA: one TMEM lane per weight row
 TOKEN_CHUNK = 128  # token tiles start at multiples of 128: one block of the blocked scale layout
 K_TILE = 256  # per smem stage: 4 MMAs of K = 64
 ACC_STAGES = 2  # TMEM accumulators: the epilogue of tile i overlaps the mainloop of tile i + 1
 ACC_STAGE_COLUMNS = 128  # TMEM columns per accumulator (the largest token variant)
 TMEM_COLUMNS = 512  # 2 x 128 accumulator + 16 SFA + 16 SFB columns, rounded to a power of two
-EPILOGUE_COLUMNS = 32  # tokens per tcgen05.ld (32x32b.x32) in the epilogue
+EPILOGUE_COLUMNS = 32  # tokens per TMEM load (32x32b.x32) in the epilogue
+SMEM_BYTES = 232448  # 227 KiB: sm_100's dynamic shared memory per block
 SMEM_RESERVED_BYTES = 1024  # mbarriers and the TMEM address
 
 EPILOGUE_WARPS = (0, 1, 2, 3)
@@ -711,46 +740,188 @@ class Barrier(enum.IntEnum):
     TMEM_ALLOC = 2  # the epilogue warps (allocator) and the MMA warp read the TMEM address
 
 
-# Shared memory per stage and CTA: 128 weight rows and 64 token rows of 128 B, two 2 KB scale blocks.
-SM100_STAGE_BYTES = (CTA_WEIGHT_ROWS + TOKEN_VARIANTS[-1] // 2) * K_TILE // 2 + 2 * CTA_WEIGHT_ROWS * K_TILE // SF_VEC_SIZE
-SM100_STAGES = (232448 - SMEM_RESERVED_BYTES) // SM100_STAGE_BYTES  # 227 KiB per block: 8 stages
+_ON = {"on": True, "true": True, "1": True, "off": False, "false": False, "0": False}
+
+
+@dataclass(frozen=True)
+class Sm100Config:
+    """What the sm_100a kernel is built with. Every field but `jobs` switches one departure from
+    NVIDIA's tested dense_blockscaled_gemm_persistent.py (cutlass v4.3.5) on or off, so that a
+    first run that fails can be bisected down to the example's form (SM100_SAFE); the design
+    note's table gives each field's risk. The defaults are SM100_SHIPPED."""
+
+    # 2: tcgen05.mma.cta_group::2, 256 weight rows per SM pair (half each), clusters of 2, the
+    # pair's TMA completing on the leader's barrier; 1: 128 rows per SM, no pairing.
+    cta_group: int = 2
+    # MMA N widths compiled; a tile runs the smallest that covers its tokens (a 40-token group
+    # computes 64 columns); (128,) is one tiled MMA with a fixed transaction size, as the example.
+    token_variants: tuple = (64, 128)
+    # The pair's token scales: each CTA loads half and multicasts it to both (cta_group 2 only).
+    multicast: bool = True
+    # Programmatic dependent launch across calls: the next call's launch and prologue overlap this
+    # kernel's tail; loads wait for the previous grid (griddepcontrol).
+    pdl: bool = True
+    # L2 cache policies on the loads (createpolicy): tokens evict-last, weights evict-first on the
+    # last tile of their sole reader.
+    l2_hints: bool = True
+    # "ptx": inline tcgen05.ld 32x32b.x32 per 32 token columns; "atoms": the library's TMEM-load
+    # copy atom (tcgen05.Ld32x32bOp), as the example loads its accumulator. Both store directly.
+    epilogue: str = "ptx"
+    # "selp": a copy takes its group's descriptor by address, picked by selects over the kernel
+    # parameters (tma_desc_ptr); "branch": one copy per group behind `if group == g`, each with
+    # its own atom's descriptor, as the example uses its atoms.
+    descriptors: str = "selp"
+    # Start-up: before the wait for the previous grid, the TMA warp reads its first tile record
+    # and prefetches that tile's descriptors (prefetch.tensormap); neither depends on that grid.
+    prefetch: bool = True
+    # The schedule's jobs (JOB_POLICIES); host-side, the same walk as the Hopper path.
+    jobs: str = "hybrid"
+
+    def __post_init__(self):
+        if self.cta_group not in (1, 2):
+            raise ValueError(f"cta_group must be 1 or 2, got {self.cta_group!r}")
+        if tuple(self.token_variants) not in ((64, 128), (128,)):
+            raise ValueError(f"token_variants must be (64, 128) or (128,), got {self.token_variants!r}")
+        for name, allowed in (("epilogue", ("ptx", "atoms")), ("descriptors", ("selp", "branch")), ("jobs", JOB_POLICIES)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        object.__setattr__(self, "token_variants", tuple(self.token_variants))
+        # Without a pair there is nothing to multicast to: cta_group 1 turns multicast off.
+        object.__setattr__(self, "multicast", bool(self.multicast) and self.cta_group == 2)
+
+    @property
+    def weight_rows(self) -> int:
+        """Weight rows (MMA M) of one worker: a CTA (cta_group 1) or an SM pair."""
+        return CTA_WEIGHT_ROWS * self.cta_group
+
+    @property
+    def stage_bytes(self) -> int:
+        """Shared memory of one stage in one CTA: its 128 weight rows, its share of the widest
+        token tile (a pair splits the tokens), and a 128-row scale block for each operand."""
+        tokens = self.token_variants[-1] // self.cta_group
+        scale_block = TOKEN_CHUNK * K_TILE // SF_VEC_SIZE
+        return (CTA_WEIGHT_ROWS + tokens) * K_TILE // 2 + 2 * scale_block
+
+    @property
+    def stages(self) -> int:
+        """As many stages as shared memory holds (no C staging: the epilogue stores from registers)."""
+        return (SMEM_BYTES - SMEM_RESERVED_BYTES) // self.stage_bytes
+
+    @classmethod
+    def parse(cls, text: str) -> "Sm100Config":
+        """"shipped" or "safe", optionally followed by ",field=value" changes ("safe,pdl=on"); a
+        bare "field=value,..." changes the shipped configuration. Booleans: on/off; token_variants:
+        64/128 or 128."""
+        parts = [p.strip() for p in str(text).split(",") if p.strip()]
+        base = SM100_SHIPPED
+        if parts and "=" not in parts[0]:
+            named = {"shipped": SM100_SHIPPED, "safe": SM100_SAFE}
+            if parts[0] not in named:
+                raise ValueError(f"unknown configuration {parts[0]!r}: shipped, safe, or field=value changes")
+            base = named[parts.pop(0)]
+        changes = {}
+        types = {f.name: type(getattr(SM100_SHIPPED, f.name)) for f in dataclasses.fields(cls)}
+        for part in parts:
+            name, _, value = part.partition("=")
+            name, value = name.strip(), value.strip()
+            if name not in types or not value:
+                raise ValueError(f"{part!r}: expected field=value with a field of {', '.join(types)}")
+            if types[name] is bool:
+                if value.lower() not in _ON:
+                    raise ValueError(f"{part!r}: {name} is on or off")
+                changes[name] = _ON[value.lower()]
+            elif types[name] is tuple:
+                changes[name] = tuple(int(w) for w in value.strip("()").replace("/", " ").split())
+            elif types[name] is int:
+                changes[name] = int(value)
+            else:
+                changes[name] = value
+        return dataclasses.replace(base, **changes)
+
+    def changes_from(self, base: "Sm100Config") -> list:
+        """"field=value" for every field where this configuration differs from `base`."""
+        return [
+            f"{f.name}={_config_value(getattr(self, f.name))}"
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) != getattr(base, f.name)
+        ]
+
+    def describe(self) -> str:
+        """The shortest text that parse() turns back into this configuration."""
+        options = [",".join([name] + self.changes_from(base)) for name, base in (("shipped", SM100_SHIPPED), ("safe", SM100_SAFE))]
+        return min(options, key=lambda text: text.count(","))
+
+
+def _config_value(value) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, tuple):
+        return "/".join(map(str, value))
+    return str(value)
+
+
+SM100_SHIPPED = Sm100Config()
+SM100_SAFE = Sm100Config(
+    cta_group=1, token_variants=(128,), multicast=False, pdl=False, l2_hints=False, epilogue="atoms",
+    descriptors="branch", prefetch=False,
+)
+
+
+@functools.cache
+def sm100_config(text: str = None) -> Sm100Config:
+    """The configuration named by `text`, by default the file's SM100_CONFIG line."""
+    return Sm100Config.parse(SM100_CONFIG if text is None else text)
 
 
 @dataclass(frozen=True)
 class B200Model:
-    """What the B200 schedule balances: a tile's mainloop time, with the constants of the calibrated
-    model in tools/b200_model.py (public B200 figures plus a fitted stage round trip; its tests
-    check that these agree)."""
+    """The analytic B200 time model's constants: public B200 figures, and five constants fitted to
+    published B200 times (tools/b200_model.py fits them, evaluates the model on the schedules that
+    sm100_schedule builds, and reports its held-out error). The schedule balances tiles with
+    tile_us; everything else of the model lives in the tool."""
 
-    fp4_fma_per_us_per_sm: float = 16384 * 1860  # 9 PFLOPS dense FP4 on 148 SMs at 1.86 GHz
-    stage_round_trip_us: float = 1.9  # TMA issue to MMA commit of one stage, fitted to v6b / Nareg
+    sm_count: int = 148  # 2 dies x 74 SMs (chipsandcheese.com, "Nvidia's B200: Keeping the CUDA Juggernaut Rolling")
+    mma_clock_mhz: float = 1860  # tensor clock (hmc-tech.com/gpus/nvidia-b200-vs-nvidia-b100)
+    fp4_fma_per_clock_per_sm: int = 16384  # NVIDIA's 9 PFLOPS dense FP4 / 2 / 148 SMs / 1.86 GHz
+    dram_bytes_per_us: float = 7.68e6  # 8192-bit HBM3e at 7.5 GT/s; the board's speed of light uses it
+    store_bytes_per_us: float = 64 * 1860  # assumed: one CTA stores C at 64 B per clock
+    # Fitted (tools/b200_model.py, least squares of the relative error over 16 published rows):
+    dram_efficiency: float = 0.79  # achieved / peak DRAM bandwidth (set by v6b's DRAM-bound benchmark 1)
+    stage_round_trip_us: float = 1.9  # TMA issue to MMA commit of one stage (Little's law over the stages)
+    start_us: float = 4.6  # launch gap, prologue, first stage's latency: once per call
+    tma_store_epilogue_us: float = 1.6  # per tile, an epilogue staged through smem (other designs)
+    descriptor_patch_us: float = 0.7  # per descriptor rewritten and fenced in the kernel (other designs)
 
-    def k_tile_us(self, tokens: int) -> float:
-        """One CTA's k-tile: its MMAs, or the pipeline's refill rate, whichever is slower."""
-        mma_us = CTA_WEIGHT_ROWS * tokens * K_TILE / self.fp4_fma_per_us_per_sm
-        return max(mma_us, self.stage_round_trip_us / SM100_STAGES)
+    def k_tile_us(self, tokens: int, stages: int) -> float:
+        """One CTA's 256-deep k-tile: its MMAs (128 weight rows x `tokens`), or the pipeline's
+        refill rate with `stages` stages in flight, whichever is slower."""
+        mma_us = CTA_WEIGHT_ROWS * tokens * K_TILE / (self.fp4_fma_per_clock_per_sm * self.mma_clock_mhz)
+        return max(mma_us, self.stage_round_trip_us / stages)
 
 
 B200_MODEL = B200Model()
 
 
-def _sm100_tile_cost(tokens: int, k: int) -> float:
-    """Modeled microseconds of one tile's mainloop on its pair."""
-    return (k // K_TILE) * B200_MODEL.k_tile_us(tokens)
+def sm100_schedule_shape(config: Sm100Config) -> ScheduleShape:
+    """How `config`'s kernel cuts the outputs: weight blocks of its worker's rows, token tiles of
+    its variants, balanced by the model's mainloop time of a tile."""
+    stages = config.stages
+    return ScheduleShape(
+        weight_rows=config.weight_rows,
+        token_chunks=(TOKEN_CHUNK,),
+        token_variants=config.token_variants,
+        tile_cost=lambda tokens, k: (k // K_TILE) * B200_MODEL.k_tile_us(tokens, stages),
+        balance_floor=1.0,
+        group_by_variant=False,
+        jobs=config.jobs,
+    )
 
 
-SM100_SCHEDULE = ScheduleShape(
-    weight_rows=PAIR_WEIGHT_ROWS,
-    token_chunks=(TOKEN_CHUNK,),
-    token_variants=TOKEN_VARIANTS,
-    tile_cost=_sm100_tile_cost,
-    # A job (a weight block's token tiles, back to back) streams its weights once: the model's
-    # weight traffic is global (DRAM-bound problems), a job's time is its tiles' mainloops.
-    job_cost=lambda tile_costs, k: tile_costs,
-    balance_floor=1.0,
-    group_by_variant=False,
-    weight_block_jobs=True,
-)
+def sm100_schedule(sizes, num_workers: int, config: Sm100Config):
+    """The records and per-worker offsets that `config`'s kernel walks for `sizes` over
+    `num_workers` workers (SM pairs, or SMs with cta_group 1): build_tile_schedule's output, which
+    the launch copies to the device and tools/b200_model.py evaluates."""
+    return build_tile_schedule(sizes, num_workers, sm100_schedule_shape(config))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -765,6 +936,12 @@ def _l2_policy(evict: str, *, loc=None, ip=None):
     return cutlass.Int64(
         asm(T.i64(), [], f"createpolicy.fractional.L2::evict_{evict}.b64 $0, 1.0;", "=l", False)
     )
+
+
+@dsl_user_op
+def _prefetch_tensormap(address, *, loc=None, ip=None):
+    """prefetch.tensormap of a descriptor given by its generic address (a kernel parameter)."""
+    asm(None, [cutlass.Int64(address).ir_value(loc=loc, ip=ip)], "prefetch.tensormap [$0];", "l", True)
 
 
 @dsl_user_op
@@ -796,38 +973,49 @@ class _Variant:
 
     tokens: int
     tiled_mma: object
-    b_smem_layout: object  # staged, the first tokens // 2 rows of each token stage
-    tx_bytes: int  # bytes a pair's stage receives (the leader's full barrier expects them all)
+    b_smem_layout: object  # staged, the first tokens // cta_group rows of each token stage
+    tx_bytes: int  # bytes a worker's stage receives (the leader's full barrier expects them all)
 
 
 class Sm100GroupedGemm:
-    """Persistent, warp-specialized, 2-CTA block-scaled grouped GEMM for one group count."""
+    """Persistent, warp-specialized block-scaled grouped GEMM for one group count and one
+    Sm100Config (2-CTA pairs or single CTAs)."""
 
-    def __init__(self, num_groups: int):
+    def __init__(self, num_groups: int, config: Sm100Config):
         self.num_groups = num_groups
-        self.cluster_shape_mn = (2, 1)
+        self.config = config
+        self.cta_group = config.cta_group
+        self.mma_cta_group = tcgen05.CtaGroup.TWO if config.cta_group == 2 else tcgen05.CtaGroup.ONE
+        self.cluster_shape_mn = (config.cta_group, 1)
         self.epilogue_barrier = pipeline.NamedBarrier(Barrier.EPILOGUE, 32 * len(EPILOGUE_WARPS))
         self.tmem_alloc_barrier = pipeline.NamedBarrier(Barrier.TMEM_ALLOC, 32 * (len(EPILOGUE_WARPS) + 1))
 
     # ---- everything derived from the configuration (traced inside the host JIT) ----
-    def _setup(self):
-        def tiled_mma(n, cta_group):
-            return sm100_utils.make_blockscaled_trivial_tiled_mma(
-                AB_DTYPE, tcgen05.OperandMajorMode.K, tcgen05.OperandMajorMode.K, SF_DTYPE, SF_VEC_SIZE,
-                cta_group, (PAIR_WEIGHT_ROWS if cta_group == tcgen05.CtaGroup.TWO else CTA_WEIGHT_ROWS, n),
-            )
+    def _tiled_mma(self, n, cta_group):
+        """The block-scaled MMA of n tokens: the worker's weight rows (2-CTA), or one CTA's."""
+        rows = self.config.weight_rows if cta_group == tcgen05.CtaGroup.TWO else CTA_WEIGHT_ROWS
+        return sm100_utils.make_blockscaled_trivial_tiled_mma(
+            AB_DTYPE, tcgen05.OperandMajorMode.K, tcgen05.OperandMajorMode.K, SF_DTYPE, SF_VEC_SIZE,
+            cta_group, (rows, n),
+        )
 
-        widest = tiled_mma(TOKEN_VARIANTS[-1], tcgen05.CtaGroup.TWO)
+    def _setup(self):
+        tiled_mma = self._tiled_mma
+        token_variants = self.config.token_variants
+        widest = tiled_mma(token_variants[-1], self.mma_cta_group)
         mma_k = cute.size(widest.shape_mnk, mode=[2])
         self.k_blocks = K_TILE // mma_k
-        self.mma_tiler = (PAIR_WEIGHT_ROWS, TOKEN_VARIANTS[-1], K_TILE)
-        # Token scales are consumed per 128 tokens by a 1-CTA view, multicast to both CTAs (as in
-        # NVIDIA's dense_blockscaled_gemm_persistent.py).
+        self.mma_tiler = (self.config.weight_rows, token_variants[-1], K_TILE)
+        # Token scales are consumed per 128 tokens by a 1-CTA view (as in NVIDIA's
+        # dense_blockscaled_gemm_persistent.py); with multicast each CTA of a pair loads half and
+        # sends it to both, otherwise each CTA loads all of them.
         self.tiled_mma_sfb = tiled_mma(TOKEN_CHUNK, tcgen05.CtaGroup.ONE)
         self.mma_tiler_sfb = (CTA_WEIGHT_ROWS, TOKEN_CHUNK, K_TILE)
         cluster = cute.make_layout((*self.cluster_shape_mn, 1))
         self.cluster_layout_vmnk = cute.tiled_divide(cluster, (widest.thr_id.shape,))
-        self.cluster_layout_sfb_vmnk = cute.tiled_divide(cluster, (self.tiled_mma_sfb.thr_id.shape,))
+        self.cluster_layout_sfb_vmnk = cute.tiled_divide(
+            cluster if self.config.multicast else cute.make_layout((1, 1, 1)), (self.tiled_mma_sfb.thr_id.shape,)
+        )
 
         a_bytes = cute.size_in_bytes(AB_DTYPE, sm100_utils.make_smem_layout_a(widest, self.mma_tiler, AB_DTYPE, 1))
         b_bytes = cute.size_in_bytes(AB_DTYPE, sm100_utils.make_smem_layout_b(widest, self.mma_tiler, AB_DTYPE, 1))
@@ -841,16 +1029,16 @@ class Sm100GroupedGemm:
         # barriers goes to the operand ring.
         capacity = utils.get_smem_capacity_in_bytes("sm_100")
         self.num_stages = (capacity - SMEM_RESERVED_BYTES) // (a_bytes + b_bytes + sfa_bytes + sfb_bytes)
-        assert self.num_stages == SM100_STAGES, "the host's stage count (schedule costs) must match"
+        assert self.num_stages == self.config.stages, "the host's stage count (schedule costs) must match"
 
         self.a_smem_layout = sm100_utils.make_smem_layout_a(widest, self.mma_tiler, AB_DTYPE, self.num_stages)
         self.sfa_smem_layout = blockscaled_utils.make_smem_layout_sfa(widest, self.mma_tiler, SF_VEC_SIZE, self.num_stages)
         self.sfb_smem_layout = blockscaled_utils.make_smem_layout_sfb(widest, self.mma_tiler, SF_VEC_SIZE, self.num_stages)
         self.b_stage_elems = cute.cosize(sm100_utils.make_smem_layout_b(widest, self.mma_tiler, AB_DTYPE, 1).outer)
         self.variants = []
-        for n in TOKEN_VARIANTS:
-            mma = widest if n == TOKEN_VARIANTS[-1] else tiled_mma(n, tcgen05.CtaGroup.TWO)
-            tiler = (PAIR_WEIGHT_ROWS, n, K_TILE)
+        for n in token_variants:
+            mma = widest if n == token_variants[-1] else tiled_mma(n, self.mma_cta_group)
+            tiler = (self.config.weight_rows, n, K_TILE)
             one = sm100_utils.make_smem_layout_b(mma, tiler, AB_DTYPE, 1)
             # Every variant's stages sit at the widest variant's stage stride, in one buffer.
             staged = cute.make_composed_layout(
@@ -869,14 +1057,18 @@ class Sm100GroupedGemm:
         cluster_shape = self.cluster_layout_vmnk.shape
         a_op = sm100_utils.cluster_shape_to_tma_atom_A(self.cluster_shape_mn, widest.tiled_mma.thr_id)
         b_op = sm100_utils.cluster_shape_to_tma_atom_B(self.cluster_shape_mn, widest.tiled_mma.thr_id)
-        sfb_op = sm100_utils.cluster_shape_to_tma_atom_SFB(self.cluster_shape_mn, widest.tiled_mma.thr_id)
+        # Without multicast the token scales load as the tokens do: one CTA's box, no multicast.
+        sfb_op = (
+            sm100_utils.cluster_shape_to_tma_atom_SFB(self.cluster_shape_mn, widest.tiled_mma.thr_id)
+            if self.config.multicast else b_op
+        )
         a_stage = cute.slice_(self.a_smem_layout, (None, None, None, 0))
         sfa_stage = cute.slice_(self.sfa_smem_layout, (None, None, None, 0))
         sfb_stage = cute.slice_(self.sfb_smem_layout, (None, None, None, 0))
 
         # One TMA atom per group and operand; the descriptors are encoded here, at every launch, and
         # become kernel parameters. The MMA's A operand is the weights (b), its B operand the tokens (a).
-        weight_atoms, token_atoms, weight_sf_atoms, token_sf_atoms = [], [[] for _ in TOKEN_VARIANTS], [], []
+        weight_atoms, token_atoms, weight_sf_atoms, token_sf_atoms = [], [[] for _ in self.variants], [], []
         coords = []  # group 0's coordinate tensors, kept for every group
         for g in cutlass.range_constexpr(self.num_groups):
             m, n, k = args.m[g], args.n[g], args.k[g]
@@ -897,7 +1089,7 @@ class Sm100GroupedGemm:
             for v, variant in enumerate(self.variants):
                 atom_t, tma_t = cute.nvgpu.make_tiled_tma_atom_B(
                     b_op, tokens, cute.slice_(variant.b_smem_layout, (None, None, None, 0)),
-                    (PAIR_WEIGHT_ROWS, variant.tokens, K_TILE), variant.tiled_mma, cluster_shape,
+                    (self.config.weight_rows, variant.tokens, K_TILE), variant.tiled_mma, cluster_shape,
                 )
                 token_atoms[v].append(atom_t)
                 tma_tokens.append(tma_t)
@@ -924,13 +1116,13 @@ class Sm100GroupedGemm:
             tuple(weight_atoms), tuple(tuple(a) for a in token_atoms), tuple(weight_sf_atoms), tuple(token_sf_atoms),
             coords[0], args,
         ).launch(
-            grid=(2 * args.num_pairs, 1, 1),
+            grid=(self.cta_group * args.num_workers, 1, 1),
             block=[THREADS_PER_CTA, 1, 1],
             cluster=(*self.cluster_shape_mn, 1),
             smem=SharedStorage.size_in_bytes(),
             stream=args.stream,
             min_blocks_per_mp=1,
-            use_pdl=True,
+            use_pdl=self.config.pdl,
         )
 
     @staticmethod
@@ -959,18 +1151,20 @@ class Sm100GroupedGemm:
     ):
         """weight_atoms etc.: one TMA atom per group (token_atoms: per variant, then per group);
         coords: group 0's TMA coordinate tensors (weights, tokens per variant, weight scales, token
-        scales), used for every group: coordinates are tile indices, the selected descriptor bounds them."""
+        scales), used for every group: coordinates are tile indices, the group's descriptor bounds them."""
         self._setup()  # the MMAs and layouts, rebuilt inside the kernel: all of them are static
-        # Programmatic dependent launch: the next call's kernel may start on SMs this one leaves,
-        # overlapping its launch and prologue with this kernel's tail (its loads wait: load()).
-        cute.arch.griddepcontrol_launch_dependents()
+        if cutlass.const_expr(self.config.pdl):
+            # The next call's kernel may start on SMs this one leaves, overlapping its launch and
+            # prologue with this kernel's tail (its loads wait: load()).
+            cute.arch.griddepcontrol_launch_dependents()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         block, _, _ = cute.arch.block_idx()
-        pair = block // 2
-        is_leader_cta = block % 2 == 0
+        worker = block // self.cta_group
+        cta_in_worker = block % self.cta_group
+        is_leader_cta = cta_in_worker == 0
         cta_rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
         cta_coord_vmnk = self.cluster_layout_vmnk.get_flat_coord(cta_rank)
-        cta_coord_sfb_vmnk = self.cluster_layout_sfb_vmnk.get_flat_coord(cta_rank)
+        cta_coord_sfb_vmnk = self.cluster_layout_sfb_vmnk.get_flat_coord(cta_rank if self.config.multicast else 0)
 
         storage = utils.SmemAllocator().allocate(self.shared_storage)
         widest = self.variants[-1]
@@ -979,7 +1173,7 @@ class Sm100GroupedGemm:
             num_stages=self.num_stages,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
             consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 1),
-            tx_count=widest.tx_bytes,  # unused: _load_tile expects each variant's own bytes
+            tx_count=widest.tx_bytes,  # with several variants unused: _load_tile expects each variant's bytes
             cta_layout_vmnk=self.cluster_layout_vmnk,
             defer_sync=True,
         )
@@ -988,7 +1182,7 @@ class Sm100GroupedGemm:
             barrier_storage=storage.acc_full.data_ptr(),
             num_stages=ACC_STAGES,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
-            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 2 * len(EPILOGUE_WARPS)),
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.cta_group * len(EPILOGUE_WARPS)),
             cta_layout_vmnk=self.cluster_layout_vmnk,
             defer_sync=True,
         )
@@ -996,8 +1190,8 @@ class Sm100GroupedGemm:
             storage.tmem_address,
             barrier_for_retrieve=self.tmem_alloc_barrier,
             allocator_warp_id=EPILOGUE_WARPS[0],
-            is_two_cta=True,
-            two_cta_tmem_dealloc_mbar_ptr=storage.tmem_dealloc,
+            is_two_cta=self.cta_group == 2,
+            two_cta_tmem_dealloc_mbar_ptr=storage.tmem_dealloc if self.cta_group == 2 else None,
         )
         pipeline.pipeline_init_arrive(cluster_shape_mn=self.cluster_shape_mn, is_relaxed=True)
 
@@ -1008,8 +1202,8 @@ class Sm100GroupedGemm:
             sfb=storage.sSFB.get_tensor(self.sfb_smem_layout),
         )
         tiles = gmem_matrix(cutlass.Int32, args.tiles, args.num_tiles, len(RECORD_FIELDS))
-        pair_tiles = gmem_matrix(cutlass.Int32, args.pair_tiles, args.num_pairs, 2)
-        walk = (tiles, pair_tiles[pair, 0], pair_tiles[pair, 1])
+        worker_tiles = gmem_matrix(cutlass.Int32, args.worker_tiles, args.num_workers, 2)
+        walk = (tiles, worker_tiles[worker, 0], worker_tiles[worker, 1])
         pipeline.pipeline_init_wait(cluster_shape_mn=self.cluster_shape_mn)
 
         if warp_idx == TMA_WARP:
@@ -1024,7 +1218,7 @@ class Sm100GroupedGemm:
             tmem.allocate(TMEM_COLUMNS)
             tmem.wait_for_alloc()
             acc_tmem_ptr = tmem.retrieve_ptr(ACC_DTYPE)
-            self.epilogue(acc_pipeline, acc_tmem_ptr, args, walk, warp_idx, block % 2)
+            self.epilogue(acc_pipeline, acc_tmem_ptr, args, walk, warp_idx, cta_in_worker)
             tmem.relinquish_alloc_permit()
             self.epilogue_barrier.arrive_and_wait()
             tmem.free(acc_tmem_ptr)
@@ -1035,10 +1229,11 @@ class Sm100GroupedGemm:
         self, ab_pipeline, weight_atoms, token_atoms, weight_sf_atoms, token_sf_atoms, coords, smem, walk,
         is_leader_cta, cta_coord_vmnk, cta_coord_sfb_vmnk,
     ):
-        """Warp 5 of both CTAs: per k-tile of each tile, this CTA's half of the weights, of the tokens
-        and of the weight scales (2-CTA TMA, completing on the leader's full barrier), and half of
-        the token scales, multicast to both CTAs. Waits on: the stage's empty barrier (signalled by
-        the leader's MMA commit to both CTAs). Signals: the leader's full barrier (expect-tx)."""
+        """Warp 5 of every CTA: per k-tile of each tile, this CTA's weights, its share of the tokens,
+        its weight scales (with cta_group 2: 2-CTA TMA completing on the leader's full barrier) and
+        the token scales (with multicast: half of them, sent to both CTAs of the pair). Waits on:
+        the stage's empty barrier (signalled by the leader's MMA commit). Signals: the leader's
+        full barrier (expect-tx)."""
         tma_w, tma_tokens, tma_wsf, tma_tsf = coords
         widest = self.variants[-1]
         v_coord = cta_coord_vmnk[0]
@@ -1068,7 +1263,7 @@ class Sm100GroupedGemm:
         tBsSFB, tBgSFB = cute.filter_zeros(tBsSFB), cute.filter_zeros(tBgSFB)
         token_parts = []
         for v, variant in enumerate(self.variants):
-            tiler = cute.slice_((PAIR_WEIGHT_ROWS, variant.tokens, K_TILE), (0, None, None))
+            tiler = cute.slice_((self.config.weight_rows, variant.tokens, K_TILE), (0, None, None))
             tBsB, tBgB = cpasync.tma_partition(
                 token_atoms[v][0], 0, one_cta, cute.group_modes(smem.b[v], 0, 3),
                 cute.group_modes(
@@ -1077,53 +1272,92 @@ class Sm100GroupedGemm:
                 ),
             )
             token_parts.append((tBsB, tBgB))
-        sfb_mask = cpasync.create_tma_multicast_mask(self.cluster_layout_sfb_vmnk, cta_coord_sfb_vmnk, mcast_mode=1)
-        read_once, read_normal, read_again = _l2_policy("first"), _l2_policy("normal"), _l2_policy("last")
+        sfb_mask = None
+        if cutlass.const_expr(self.config.multicast):
+            sfb_mask = cpasync.create_tma_multicast_mask(self.cluster_layout_sfb_vmnk, cta_coord_sfb_vmnk, mcast_mode=1)
+        read_once = read_normal = read_again = None
+        if cutlass.const_expr(self.config.l2_hints):
+            read_once, read_normal, read_again = _l2_policy("first"), _l2_policy("normal"), _l2_policy("last")
 
         tiles, begin, end = walk
-        # Launched with programmatic dependent launch: the kernel before this one in the stream
-        # (the previous call, or whatever wrote the inputs) may still be running, and its writes
-        # are visible only after this wait. Everything else of the kernel depends on these loads.
-        cute.arch.griddepcontrol_wait()
+        if cutlass.const_expr(self.config.prefetch):
+            # Neither the schedule nor the descriptors depend on the previous grid: read the first
+            # record and prefetch its group's descriptors while that grid may still run.
+            if begin < end:
+                self._prefetch_descriptors(tiles[begin, 0], weight_atoms, token_atoms, weight_sf_atoms, token_sf_atoms)
+        if cutlass.const_expr(self.config.pdl):
+            # The kernel before this one in the stream (the previous call, or whatever wrote the
+            # inputs) may still be running; its writes are visible only after this wait. Every
+            # other role of the kernel depends on these loads.
+            cute.arch.griddepcontrol_wait()
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
         for t in range(begin, end):
             g, n0, t0, variant_index, k = tiles[t, 0], tiles[t, 1], tiles[t, 2], tiles[t, 3], tiles[t, 6]
-            # A weight block's last reader (its job's last token tile) streams it evict-first; the
-            # tiles before keep it in L2 for the next token tile of the job.
-            read_weights = cutlass.Int64(cutlass.select_(tiles[t, 7] != 0, read_once, read_normal))
-            desc_w = group_tma_desc(g, weight_atoms)
-            desc_wsf = group_tma_desc(g, weight_sf_atoms)
-            desc_tsf = group_tma_desc(g, token_sf_atoms)
-            w_slice = tAgA[(None, n0 // PAIR_WEIGHT_ROWS, None, 0)]
-            wsf_slice = tAgSFA[(None, n0 // PAIR_WEIGHT_ROWS, None, 0)]
-            tsf_slice = tBgSFB[(None, t0 // TOKEN_CHUNK, None, 0)]
-            weights = (
-                (weight_atoms[0], w_slice, tAsA, desc_w, None, read_weights),
-                (weight_sf_atoms[0], wsf_slice, tAsSFA, desc_wsf, None, read_weights),
-                (token_sf_atoms[0], tsf_slice, tBsSFB, desc_tsf, sfb_mask, read_again),
+            read_weights = None
+            if cutlass.const_expr(self.config.l2_hints):
+                # The last tile of a weight block's sole reader streams it evict-first; other tiles
+                # keep it in L2 for the next token tile.
+                read_weights = cutlass.Int64(cutlass.select_(tiles[t, 7] != 0, read_once, read_normal))
+            block = n0 // self.config.weight_rows
+            # (gmem k-tiles, smem stages, L2 policy, multicast mask) per operand, in the order of
+            # the atoms passed to _copies_of_group: weights, weight scales, token scales, tokens
+            slices = (
+                (tAgA[(None, block, None, 0)], tAsA, read_weights, None),
+                (tAgSFA[(None, block, None, 0)], tAsSFA, read_weights, None),
+                (tBgSFB[(None, t0 // TOKEN_CHUNK, None, 0)], tBsSFB, read_again, sfb_mask),
             )
-            tokens = [
-                (atoms[0], tBgB[(None, t0 // variant.tokens, None, 0)], tBsB, group_tma_desc(g, atoms), None, read_again)
-                for atoms, (tBsB, tBgB), variant in zip(token_atoms, token_parts, self.variants)
-            ]
             for v in cutlass.range_constexpr(len(self.variants)):
                 if variant_index == v:
-                    state = self._load_tile(
-                        ab_pipeline, state, weights + (tokens[v],), k // K_TILE, self.variants[v].tx_bytes, is_leader_cta
+                    state = self._load_variant(
+                        ab_pipeline, state, v, g, t0, k, slices, token_parts[v],
+                        (weight_atoms, weight_sf_atoms, token_sf_atoms, token_atoms[v]), read_again, is_leader_cta,
                     )
         ab_pipeline.producer_tail(state)
 
     @cute.jit
+    def _load_variant(self, ab_pipeline, state, v, g, t0, k, slices, token_part, group_atoms, read_again, is_leader_cta):
+        """One tile of token variant v: its copies, with group g's descriptors ("selp": by address,
+        "branch": the loop of that group's own atoms), then its k-loop."""
+        tBsB, tBgB = token_part
+        operands = slices + ((tBgB[(None, t0 // self.variants[v].tokens, None, 0)], tBsB, read_again, None),)
+        tx_bytes = self.variants[v].tx_bytes
+        if cutlass.const_expr(self.config.descriptors == "selp"):
+            copies = [(atoms[0], group_tma_desc(g, atoms)) + operand for atoms, operand in zip(group_atoms, operands)]
+            state = self._load_tile(ab_pipeline, state, copies, k // K_TILE, tx_bytes, is_leader_cta)
+        else:
+            for group in cutlass.range_constexpr(self.num_groups):
+                if g == group:
+                    state = self._load_tile(
+                        ab_pipeline, state, [(atoms[group], None) + operand for atoms, operand in zip(group_atoms, operands)],
+                        k // K_TILE, tx_bytes, is_leader_cta,
+                    )
+        return state
+
+    @cute.jit
+    def _prefetch_descriptors(self, g, weight_atoms, token_atoms, weight_sf_atoms, token_sf_atoms):
+        """prefetch.tensormap of group g's descriptors: by address ("selp"), or through each
+        group's own atom ("branch", as NVIDIA's example prefetches its atoms)."""
+        every = (weight_atoms, weight_sf_atoms, token_sf_atoms) + tuple(token_atoms)
+        if cutlass.const_expr(self.config.descriptors == "selp"):
+            for atoms in every:
+                _prefetch_tensormap(select_by_group(g, [tma_desc_address(atom) for atom in atoms]))
+        else:
+            for group in cutlass.range_constexpr(self.num_groups):
+                if g == group:
+                    for atoms in every:
+                        cpasync.prefetch_descriptor(atoms[group])
+
+    @cute.jit
     def _load_tile(self, ab_pipeline, state, copies, k_tiles, tx_bytes, is_leader_cta):
         """The k-loop of one tile: per stage, wait for it to be empty, have the leader expect the
-        pair's tx_bytes, and issue `copies`: (atom, gmem k-tiles, smem stages, descriptor, multicast
-        mask, L2 policy) each."""
+        worker's tx_bytes, and issue `copies`: (atom, descriptor or None for the atom's own, gmem
+        k-tiles, smem stages, L2 policy or None, multicast mask or None) each."""
         for kt in range(k_tiles):
             ab_pipeline.sync_object_empty.wait(state.index, state.phase)
             if is_leader_cta:
                 ab_pipeline.sync_object_full.arrive_and_expect_tx(state.index, tx_bytes)
             full = ab_pipeline.producer_get_barrier(state)
-            for atom, src, dst, desc, mask, policy in copies:
+            for atom, desc, src, dst, policy, mask in copies:
                 cute.copy(atom, src[(None, kt)], dst[(None, state.index)], tma_bar_ptr=full, tma_desc_ptr=desc,
                           mcast_mask=mask, cache_policy=policy)
             state.advance()
@@ -1132,11 +1366,11 @@ class Sm100GroupedGemm:
     # ---- MMA warp ----
     @cute.jit
     def mma(self, ab_pipeline, acc_pipeline, acc_tmem_ptr, smem, walk, is_leader_cta):
-        """Warp 4; the leader CTA's issues for the pair. Per k-tile: copy the stage's scales to TMEM
-        (tcgen05.cp), then 4 block-scaled tcgen05.mma (cta_group::2, K = 64) into the tile's
-        accumulator. Waits on: the stage's full barrier, the accumulator's empty barrier (both
-        CTAs' epilogues). Signals: the stage's empty barrier in both CTAs, the accumulator's full
-        barrier in both CTAs (tcgen05.commit)."""
+        """Warp 4; the leader CTA's issues for the worker. Per k-tile: copy the stage's scales to
+        TMEM (tcgen05.cp), then 4 block-scaled tcgen05.mma (K = 64) into the tile's accumulator.
+        Waits on: the stage's full barrier, the accumulator's empty barrier (the epilogues of the
+        worker's CTAs). Signals: the stage's empty barrier and the accumulator's full barrier in
+        every CTA of the worker (tcgen05.commit)."""
         acc_columns = ACC_STAGES * ACC_STAGE_COLUMNS
         sfa_tmem_ptr = cute.recast_ptr(acc_tmem_ptr + acc_columns, dtype=SF_DTYPE)
         sfa_tmem_cols = (CTA_WEIGHT_ROWS // 32) * self.k_blocks
@@ -1145,25 +1379,18 @@ class Sm100GroupedGemm:
         sfb_stage = cute.slice_(self.sfb_smem_layout, (None, None, None, 0))
         parts = []
         for v, variant in enumerate(self.variants):
-            tiler = (PAIR_WEIGHT_ROWS, variant.tokens, K_TILE)
+            tiler = (self.config.weight_rows, variant.tokens, K_TILE)
             tCtSFA = cute.make_tensor(
                 sfa_tmem_ptr, blockscaled_utils.make_tmem_layout_sfa(variant.tiled_mma, tiler, SF_VEC_SIZE, sfa_stage)
             )
             tCtSFB = cute.make_tensor(
                 sfb_tmem_ptr, blockscaled_utils.make_tmem_layout_sfb(variant.tiled_mma, tiler, SF_VEC_SIZE, sfb_stage)
             )
-            # (MMA, MMA_M, MMA_N, ACC_STAGE): accumulators ACC_STAGE_COLUMNS apart for every variant
-            acc = variant.tiled_mma.make_fragment_C(variant.tiled_mma.partition_shape_C(tiler[:2]))
-            column = acc.stride[0][1]
-            tCtAcc = cute.make_tensor(
-                acc_tmem_ptr,
-                cute.make_layout(cute.append(acc.shape, ACC_STAGES), stride=cute.append(acc.stride, ACC_STAGE_COLUMNS * column)),
-            )
             parts.append((
                 variant.tiled_mma,
                 variant.tiled_mma.make_fragment_A(smem.a),  # (MMA, MMA_M, MMA_K, STAGE)
                 variant.tiled_mma.make_fragment_B(smem.b[v]),  # (MMA, MMA_N, MMA_K, STAGE)
-                tCtAcc,
+                self._accumulators(variant.tiled_mma, variant.tokens, acc_tmem_ptr),
                 tCtSFA,
                 tCtSFB,
                 self._scale_copy_to_tmem(smem.sfa, tCtSFA),
@@ -1185,6 +1412,17 @@ class Sm100GroupedGemm:
                 acc_pipeline.producer_commit(acc_state)
             acc_state.advance()
         acc_pipeline.producer_tail(acc_state)
+
+    def _accumulators(self, tiled_mma, tokens, acc_tmem_ptr):
+        """(MMA, MMA_M, MMA_N, ACC_STAGE): the accumulator fragments in TMEM of `tiled_mma` (of
+        `tokens` columns), ACC_STAGE_COLUMNS apart for every variant."""
+        tiler = (self.config.weight_rows, tokens)
+        acc = tiled_mma.make_fragment_C(tiled_mma.partition_shape_C(tiler))
+        column = acc.stride[0][1]
+        return cute.make_tensor(
+            acc_tmem_ptr,
+            cute.make_layout(cute.append(acc.shape, ACC_STAGES), stride=cute.append(acc.stride, ACC_STAGE_COLUMNS * column)),
+        )
 
     @cute.jit
     def _mma_tile(self, part, ab_pipeline, ab_state, acc_index, k_tiles, is_leader_cta):
@@ -1208,41 +1446,45 @@ class Sm100GroupedGemm:
             ab_state.advance()
         return ab_state
 
-    @staticmethod
-    def _scale_copy_to_tmem(sSF, tSF):
-        """tcgen05.cp (4x32x128b, issued for the pair) of one stage's scales from smem to TMEM."""
+    def _scale_copy_to_tmem(self, sSF, tSF):
+        """tcgen05.cp (4x32x128b, issued for the worker's CTAs) of one stage's scales from smem to TMEM."""
         tCsSF = cute.filter_zeros(sSF)
         tCtSF = cute.filter_zeros(tSF)
-        copy = tcgen05.make_s2t_copy(cute.make_copy_atom(tcgen05.Cp4x32x128bOp(tcgen05.CtaGroup.TWO), SF_DTYPE), tCtSF)
+        copy = tcgen05.make_s2t_copy(cute.make_copy_atom(tcgen05.Cp4x32x128bOp(self.mma_cta_group), SF_DTYPE), tCtSF)
         thr = copy.get_slice(0)
         return copy, tcgen05.get_s2t_smem_desc_tensor(copy, thr.partition_S(tCsSF)), thr.partition_D(tCtSF)
 
     # ---- epilogue warps ----
     @cute.jit
-    def epilogue(self, acc_pipeline, acc_tmem_ptr, args, walk, warp_idx, cta_in_pair):
-        """Warps 0-3 of both CTAs. Warp w holds TMEM lanes 32w..32w+31: weight rows
-        n0 + 128 * cta_in_pair + 32w + lane of the tile; per 32 tokens, one tcgen05.ld of 32 fp32
-        columns, rounded to fp16 and stored straight to C (4 bytes per lane, lanes paired by
-        row_pair_word), each store predicated on its token row being below M. Waits on: the
-        accumulator's full barrier. Signals: the accumulator's empty barrier of the leader."""
+    def epilogue(self, acc_pipeline, acc_tmem_ptr, args, walk, warp_idx, cta_in_worker):
+        """Warps 0-3 of every CTA. Warp w holds TMEM lanes 32w..32w+31: weight rows
+        n0 + 128 * cta_in_worker + 32w + lane of the tile; per 32 tokens, one TMEM load of 32 fp32
+        columns (inline tcgen05.ld, or the library's copy atom), rounded to fp16 and stored straight
+        to C (4 bytes per lane, lanes paired by row_pair_word), each store predicated on its token
+        row being below M. Waits on: the accumulator's full barrier. Signals: the accumulator's
+        empty barrier of the leader."""
         lane = cute.arch.lane_idx()
         odd = lane % 2
         lane_address = acc_tmem_ptr.toint() + ((32 * warp_idx) << 16)  # TMEM address: lane << 16 | column
+        load_columns = self._tmem_load_atoms(acc_tmem_ptr, warp_idx)
         tiles, begin, end = walk
         acc_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, ACC_STAGES)
         for t in range(begin, end):
             g, n0, t0, m_end, n = tiles[t, 0], tiles[t, 1], tiles[t, 2], tiles[t, 4], tiles[t, 5]
-            weight_row = n0 + CTA_WEIGHT_ROWS * cta_in_pair + 32 * warp_idx + lane
+            weight_row = n0 + CTA_WEIGHT_ROWS * cta_in_worker + 32 * warp_idx + lane
             c_address = select_by_group(g, args.c)
             acc_pipeline.consumer_wait(acc_state)
             _tcgen05_fence("after_thread_sync")  # the MMAs that wrote this accumulator are done
-            # The pair's second CTA holds rows past N when N is an odd multiple of 128: no stores.
-            if n0 + CTA_WEIGHT_ROWS * cta_in_pair < n:
+            # A pair's second CTA holds rows past N when N is an odd multiple of 128: no stores.
+            if n0 + CTA_WEIGHT_ROWS * cta_in_worker < n:
                 for chunk in range((m_end - t0 + EPILOGUE_COLUMNS - 1) // EPILOGUE_COLUMNS):
                     first_row = t0 + EPILOGUE_COLUMNS * chunk
-                    values = _tmem_load_32_columns(
-                        lane_address + acc_state.index * ACC_STAGE_COLUMNS + EPILOGUE_COLUMNS * chunk
-                    )
+                    if cutlass.const_expr(self.config.epilogue == "ptx"):
+                        values = _tmem_load_32_columns(
+                            lane_address + acc_state.index * ACC_STAGE_COLUMNS + EPILOGUE_COLUMNS * chunk
+                        )
+                    else:
+                        values = load_columns(acc_state.index, chunk)
                     rows_left = m_end - first_row - odd
                     address = c_address + (cutlass.Int64(first_row + odd) * n + weight_row - odd) * 2
                     for p in cutlass.range_constexpr(EPILOGUE_COLUMNS // 2):
@@ -1253,6 +1495,33 @@ class Sm100GroupedGemm:
                 acc_pipeline.consumer_release(acc_state)
             acc_state.advance()
 
+    def _tmem_load_atoms(self, acc_tmem_ptr, warp_idx):
+        """The "atoms" epilogue's TMEM load, as NVIDIA's example builds it: the widest variant's
+        accumulators divided into 32-column epilogue tiles, a tiled copy of the library's
+        Ld32x32bOp (x32) over them, partitioned for this thread. Returns load(stage, chunk) ->
+        the 32 fp32 columns of this thread's lane (None with the "ptx" epilogue)."""
+        if self.config.epilogue != "atoms":
+            return None
+        # A fresh MMA: the MMA warp's instances carry its runtime fields (scale addresses).
+        widest = self.config.token_variants[-1]
+        accumulators = self._accumulators(self._tiled_mma(widest, self.mma_cta_group), widest, acc_tmem_ptr)
+        # (EPI_M = 128 lanes, EPI_N = 32 columns, 1, chunks, ACC_STAGE)
+        epilogue_tiles = cute.flat_divide(accumulators[((None, None), 0, 0, None)], (CTA_WEIGHT_ROWS, EPILOGUE_COLUMNS))
+        atom = cute.make_copy_atom(tcgen05.Ld32x32bOp(tcgen05.Repetition.x32), ACC_DTYPE)
+        tiled_copy = tcgen05.make_tmem_copy(atom, epilogue_tiles[(None, None, 0, 0, 0)])
+        thread = tiled_copy.get_slice(32 * warp_idx + cute.arch.lane_idx())
+        sources = thread.partition_S(epilogue_tiles)  # (T2R, T2R_M, T2R_N, 1, chunks, ACC_STAGE)
+        # This thread's values, in the shape of its share of one (128, 32) epilogue tile.
+        coordinates = thread.partition_D(cute.make_identity_tensor((CTA_WEIGHT_ROWS, EPILOGUE_COLUMNS)))
+        registers = cute.make_rmem_tensor(coordinates.shape, ACC_DTYPE)
+
+        def load(stage, chunk):
+            cute.copy(tiled_copy, sources[(None, None, None, 0, chunk, stage)], registers)
+            cute.arch.fence_view_async_tmem_load()  # tcgen05.wait::ld: the registers hold the columns
+            return [registers[i] for i in range(EPILOGUE_COLUMNS)]
+
+        return load
+
 
 # --------------------------------------------------------------------------------------------------
 # B200: compile and launch
@@ -1262,52 +1531,55 @@ class Sm100GroupedGemm:
 def _sm100_args_layout(num_groups: int) -> LaunchArgs:
     """Empty launch arguments of the B200 kernel for `num_groups` groups (compiling needs only
     their layout)."""
-    return LaunchArgs(num_groups, addresses=("tiles", "pair_tiles"), integers=("num_tiles", "num_pairs"))
+    return LaunchArgs(num_groups, addresses=("tiles", "worker_tiles"), integers=("num_tiles", "num_workers"))
 
 
 _sm100_kernels: dict = {}
 
 
-def compile_sm100(num_groups: int, gemm: Sm100GroupedGemm | None = None):
-    """The compiled sm_100a launch for `num_groups` groups (per-group descriptors are kernel
-    parameters, so the group count is part of the kernel; shapes and the schedule are not). Works
-    without a GPU when CUTE_DSL_ARCH=sm_100a is set, up to the cubin (only loading it fails).
-    `gemm`: the instance to trace, for a caller that reads its traced attributes (shared memory)."""
-    if num_groups not in _sm100_kernels:
-        gemm = Sm100GroupedGemm(num_groups) if gemm is None else gemm
-        _sm100_kernels[num_groups] = cute.compile(gemm, _sm100_args_layout(num_groups))
-    return _sm100_kernels[num_groups]
+def compile_sm100(num_groups: int, config: Sm100Config | None = None, gemm: Sm100GroupedGemm | None = None):
+    """The compiled sm_100a launch for `num_groups` groups and `config` (default: the file's
+    SM100_CONFIG), cached by both (per-group descriptors are kernel parameters, so the group count
+    is part of the kernel; shapes and the schedule are not). Works without a GPU when
+    CUTE_DSL_ARCH=sm_100a is set, up to the cubin (only loading it fails). `gemm`: the instance
+    to trace, for a caller that reads its traced attributes (shared memory)."""
+    config = sm100_config() if config is None else config
+    key = (num_groups, config)
+    if key not in _sm100_kernels:
+        gemm = Sm100GroupedGemm(num_groups, config) if gemm is None else gemm
+        _sm100_kernels[key] = cute.compile(gemm, _sm100_args_layout(num_groups))
+    return _sm100_kernels[key]
 
 
 @functools.cache
-def _co_resident_pairs(device) -> int:
-    """SM pairs whose clusters of 2 can all be resident at once (a persistent grid larger than
-    that would run its last pairs after the others): the driver's occupancy answer, as NVIDIA's
-    examples size their grids, at most half the SMs."""
+def _co_resident_workers(device, cta_group: int) -> int:
+    """Workers (clusters of cta_group CTAs) that can all be resident at once (a persistent grid
+    larger than that would run its last workers after the others): the driver's occupancy answer,
+    as NVIDIA's examples size their grids, at most the SMs / cta_group."""
     with torch.cuda.device(device):
         torch.cuda.synchronize()  # the device's context must be current for the driver's query
-        pairs = utils.HardwareInfo(torch.cuda.current_device()).get_max_active_clusters(2)
-    return min(pairs, torch.cuda.get_device_properties(device).multi_processor_count // 2)
+        workers = utils.HardwareInfo(torch.cuda.current_device()).get_max_active_clusters(cta_group)
+    return min(workers, torch.cuda.get_device_properties(device).multi_processor_count // cta_group)
 
 
-def sm100_launch_args(sizes, device):
+def sm100_launch_args(sizes, device, config: Sm100Config):
     """One shape signature's launch arguments and the device tables they point to: its schedule
-    over the device's SM pairs, the sizes. The inputs' addresses arrive per call (ShapePlan.run)."""
-    records, offsets = build_tile_schedule(sizes, _co_resident_pairs(device), SM100_SCHEDULE)
+    over the device's workers, the sizes. The inputs' addresses arrive per call (ShapePlan.run)."""
+    records, offsets = sm100_schedule(sizes, _co_resident_workers(device, config.cta_group), config)
     tiles = torch.tensor(records, dtype=torch.int32, device=device)
-    pair_tiles = torch.tensor(offsets, dtype=torch.int32, device=device)
+    worker_tiles = torch.tensor(offsets, dtype=torch.int32, device=device)
     args = _sm100_args_layout(len(sizes))
     args.set_sizes(sizes)
     args.set("tiles", tiles.data_ptr())
-    args.set("pair_tiles", pair_tiles.data_ptr())
+    args.set("worker_tiles", worker_tiles.data_ptr())
     args.set("num_tiles", len(records))
-    args.set("num_pairs", len(offsets))
-    return args, (tiles, pair_tiles)
+    args.set("num_workers", len(offsets))
+    return args, (tiles, worker_tiles)
 
 
-def make_sm100_launch(sizes, device) -> CompiledLaunch:
-    args, buffers = sm100_launch_args(sizes, device)
-    return CompiledLaunch(compile_sm100(len(sizes)), args, buffers=buffers)
+def make_sm100_launch(sizes, device, config: Sm100Config) -> CompiledLaunch:
+    args, buffers = sm100_launch_args(sizes, device, config)
+    return CompiledLaunch(compile_sm100(len(sizes), config), args, buffers=buffers)
 
 
 # --------------------------------------------------------------------------------------------------
