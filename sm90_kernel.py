@@ -703,10 +703,11 @@ def _gemm_kernel(
 
 
 @cute.jit
-def _launch(args: LaunchArgs):
-    """Token pre-pass, then the GEMM (programmatic dependent launch).  The TMA descriptors of every
-    group are encoded here, in the generated host code, at each launch: weights from b, tokens from
-    the group's fp16 scratch."""
+def _launch(args: LaunchArgs, pdl: cutlass.Constexpr):
+    """Token pre-pass, then the GEMM (with `pdl`, programmatic dependent launch; without it the
+    GEMM starts after the pre-pass ends, and its griddepcontrol.wait returns at once).  The TMA
+    descriptors of every group are encoded here, in the generated host code, at each launch:
+    weights from b, tokens from the group's fp16 scratch."""
     w_atoms, box_atoms, sub_atoms, tmas = [], [], [], []
     for g in cutlass.range_constexpr(len(args.a)):
         weights = gmem_matrix(cutlass.Uint8, args.b[g], args.n[g], args.k[g] // 2)
@@ -729,7 +730,7 @@ def _launch(args: LaunchArgs):
         smem=_Storage.size_in_bytes(),
         min_blocks_per_mp=1,
         stream=args.stream,
-        use_pdl=True,
+        use_pdl=pdl,
     )
 
 
@@ -760,19 +761,23 @@ def _launch_args(num_groups):
     )
 
 
-def compile_sm90(num_groups):
+def compile_sm90(num_groups, pdl=True):
     """The compiled pre-pass + GEMM for `num_groups` groups (the per-group descriptors are kernel
     parameters, so the group count is part of the kernel); works without a GPU with
-    CUTE_DSL_ARCH=sm_90a up to the cubin."""
-    if num_groups not in _compiled:
-        _compiled[num_groups] = cute.compile(_launch, _launch_args(num_groups))
-    return _compiled[num_groups]
+    CUTE_DSL_ARCH=sm_90a up to the cubin.  `pdl`: the GEMM launched with programmatic dependent
+    launch on the pre-pass (Sm100Config.pdl, the one switch of submission's configuration with a
+    Hopper counterpart)."""
+    key = (num_groups, bool(pdl))
+    if key not in _compiled:
+        _compiled[key] = cute.compile(_launch, _launch_args(num_groups), bool(pdl))
+    return _compiled[key]
 
 
-def make_sm90_launch(sizes, device):
+def make_sm90_launch(sizes, device, config):
     """Everything that depends only on the shapes, built once per shape signature: the tile
     schedule (device tables), the fp16 token scratch, and the launch arguments that hold their
-    addresses.  The returned launch takes the inputs' addresses per call (see submission.ShapePlan)."""
+    addresses.  The returned launch takes the inputs' addresses per call (see submission.ShapePlan).
+    Of `config` (a submission.Sm100Config) only `pdl` applies here."""
     for m, n, k in sizes:
         if m < 1 or n % TILE_W or k % (2 * TILE_K):
             raise ValueError(f"sm90 kernel needs M >= 1, N % {TILE_W} == 0, K % 128 == 0: {(m, n, k)}")
@@ -795,4 +800,4 @@ def make_sm90_launch(sizes, device):
     args.set("num_tiles", len(records))
     args.set("num_ctas", len(offsets))
     args.set("prep_blocks", max(-(-m * (k // TILE_K) // PREP_THREADS) for m, _, k in sizes))
-    return CompiledLaunch(compile_sm90(len(sizes)), args, buffers=(tiles, cta_tiles, scratch))
+    return CompiledLaunch(compile_sm90(len(sizes), config.pdl), args, buffers=(tiles, cta_tiles, scratch))

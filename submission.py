@@ -867,10 +867,13 @@ SM100_SAFE = Sm100Config(
 )
 
 
-@functools.cache
-def sm100_config(text: str = None) -> Sm100Config:
-    """The configuration named by `text`, by default the file's SM100_CONFIG line."""
-    return Sm100Config.parse(SM100_CONFIG if text is None else text)
+def sm100_config(text: str | None = None) -> Sm100Config:
+    """The configuration named by `text`, by default the file's SM100_CONFIG line (read when a
+    plan is built, so a tool may set it before the first call)."""
+    return _parsed_config(SM100_CONFIG if text is None else text)
+
+
+_parsed_config = functools.cache(Sm100Config.parse)
 
 
 @dataclass(frozen=True)
