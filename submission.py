@@ -6,37 +6,48 @@ One launch covers all groups. sm90_kernel.py is the Hopper path (imported only o
 
 Design note (sm_100a path)
 --------------------------
-Roles of the operands. The weights B_g (N x K, N = 3072..7168) are the MMA's A operand, 256 rows
-per 2-CTA pair (tcgen05.mma.cta_group::2, M = 256, 128 rows in each CTA); the tokens A_g (M = 1..
-a few hundred) are its N side, with the token width chosen per tile among TOKEN_VARIANTS (64, 128):
-a 40-token group computes 64 columns, a 176-token group 128 + 64. TMEM holds C^T of the tile
-(lane = weight row, column = token).
+Configuration. The kernel is built from an Sm100Config; the line SM100_CONFIG = "..." below this
+note picks it for the whole file ("shipped", "safe", or either with fields changed). The note
+describes SM100_SHIPPED; the table at its end lists every departure from NVIDIA's tested
+dense_blockscaled_gemm_persistent.py (cutlass v4.3.5), the switch that turns it off and the risk
+it isolates. tools/check.py bisects a failing first run over these switches.
+
+Roles of the operands. The weights B_g (N x K, N = 3072..7168) are the MMA's A operand: 256 rows
+per worker, a 2-CTA pair (tcgen05.mma.cta_group::2, M = 256, 128 rows in each CTA; cta_group 1:
+a worker is one CTA of 128 rows). The tokens A_g (M = 1.. a few hundred) are its N side, the
+width chosen per tile among token_variants (64, 128): a 40-token group computes 64 columns, a
+176-token group 128 + 64. TMEM holds C^T of the tile (lane = weight row, column = token).
 
 Host path (shared with Hopper). custom_kernel looks the plan up by shape signature (problem sizes
 + device). A plan is built on the first call of a signature: full validation, the tile schedule
-(device tables), the compiled launch for the group count, its LaunchArgs. Every call then checks
-the inputs' dtypes/shapes/strides/devices in one list comparison, writes the 5G input addresses
-into the LaunchArgs ctypes block and calls the compiled host function directly, which encodes
-every group's TMA descriptors (cuTensorMapEncodeTiled) and launches: no allocation, no copy, no
-synchronization, no compile, and no cache holds a user tensor.
+(device tables), the compiled launch for the group count and configuration, its LaunchArgs.
+Every call then checks the inputs' dtypes/shapes/strides/devices in one list comparison, writes
+the 5G input addresses into the LaunchArgs ctypes block and calls the compiled host function
+directly, which encodes every group's TMA descriptors (cuTensorMapEncodeTiled) and launches: no
+allocation, no copy, no synchronization, no compile, and no cache holds a user tensor.
 
 Descriptors. One TMA atom per group and operand (weights, tokens per variant, weight scales,
 token scales) is built in the host JIT, so each descriptor is a __grid_constant__ kernel
 parameter. A warp picks its group's descriptor by address: cvta.param of each group's descriptor,
-selected by a chain of selp on the group index (group_tma_desc); G = 32 needs 160 descriptors,
-~21 KB of the 32 KB parameter space (MAX_GROUPS). Nothing in the kernel writes a descriptor (no
-tensormap.replace, no fences). The TMA coordinates come from group 0's coordinate tensors for
-every group: they are tile indices, and the selected descriptor carries the group's bounds.
+selected by a chain of selp on the group index (group_tma_desc; descriptors="branch" instead
+issues each group's copies with its own atom behind `if group == g`). G = 32 needs 160
+descriptors, ~21 KB of the 32 KB parameter space (MAX_GROUPS). Nothing in the kernel writes a
+descriptor (no tensormap.replace, no fences). The TMA coordinates come from group 0's coordinate
+tensors for every group: they are tile indices, and the group's descriptor carries its bounds.
 
-Schedule (shared with Hopper: build_tile_schedule). On the host, per shape signature: each group
-is cut into weight blocks of 256 rows and token tiles of up to 128 tokens (starting at multiples
-of 128, one block of the scale layout). A weight block's token tiles form one job, run back to back
-by one pair, so its weights come from DRAM once and its later token tiles find them in L2.
-Jobs are spread over the co-resident SM pairs (74 on a B200; the driver's occupancy answer for
-clusters of 2, as NVIDIA's examples size their grids) longest-processing-time first by the
-modeled mainloop time (B200Model), then improved by moves and swaps. Each pair walks its records
-(group, n0, t0, variant, m_end, n, k, last_in_job) in order; tests/test_schedule.py walks the
-table in Python as the kernel does and checks every output element is written exactly once.
+Schedule (shared with Hopper: build_tile_schedule, jobs="hybrid"). On the host, per shape
+signature: each group is cut into weight blocks of the worker's rows and token tiles of up to 128
+tokens (starting at multiples of 128, one block of the scale layout). Where there are at least as
+many weight blocks as workers (benchmarks 1 and 2: 128 and 224 blocks for 74 pairs), a block's
+token tiles are one job, run back to back by one worker, so its weights come from DRAM once and
+its later token tiles find them in L2. Otherwise the costliest blocks are split into single tiles
+until every worker has a job (benchmarks 3 and 4: 24 and 32 blocks, split into 60 and 64 tiles
+for 74 pairs); the tiles of a split block run at the same time on several pairs and share its
+weights in L2. Jobs are spread over the co-resident workers (the driver's occupancy answer for
+the cluster size, as NVIDIA's examples size their grids) longest-processing-time first by the
+modeled mainloop time (B200Model), then improved by moves and swaps. Each worker walks its
+records (group, n0, t0, variant, m_end, n, k, sole_reader_ends) in order; tests/test_schedule.py
+walks the table in Python as the kernel does and checks every output element is written once.
 
 Warp roles (192 threads per CTA, 1 CTA per SM, clusters of 2):
   warp 5     TMA, both CTAs: per k-tile (K 256) its half of the weights, the tokens and the weight
@@ -51,20 +62,24 @@ Warp roles (192 threads per CTA, 1 CTA per SM, clusters of 2):
              token columns per tcgen05.ld, rounds to fp16 and stores to C. Waits: accumulator
              full. Signals: the leader's accumulator empty. Warp 0 allocates TMEM (512 columns:
              2 x 128 accumulators, 16 SFA and 16 SFB columns) and frees it at the end.
-Named barriers: Barrier enum (epilogue, TMEM allocation).
+Named barriers: Barrier enum (epilogue, TMEM allocation). With cta_group 1 every CTA is its own
+leader, the TMA and commits stay in the CTA, and 4 warps release an accumulator.
 
 Memory path. 8 smem stages of 28 KB per CTA (weights 16 KB, tokens 8 KB, weight scales 2 KB,
-token scales 2 KB): as many as 227 KB holds, no C staging. L2 policies: weights and their scales
-evict-first on their last reader (the job's last token tile; evict-normal before, so the next
-token tile finds them), tokens and their scales evict-last (re-read by every weight block).
-Token rows past M are zero-filled by the TMA, not read from memory.
+token scales 2 KB): as many as 227 KB holds, no C staging (cta_group 1: 6 stages of 36 KB, each
+CTA loads the whole token tile). L2 policies: weights and their scales evict-first on the last
+tile of their sole reader (a block run as one job; a block split over several pairs stays
+evict-normal, as it is read by them at once), evict-normal otherwise; tokens and their scales
+evict-last (re-read by every weight block). Token rows past M are zero-filled by the TMA.
 
-Launch. Programmatic dependent launch: each kernel lets the next call's kernel launch as soon as
-all its CTAs run (griddepcontrol.launch_dependents at the start), so the next launch and its
-prologue (barrier init, TMEM allocation) overlap this kernel's tail on the SMs it frees; the TMA
-warp waits (griddepcontrol.wait) before its first load, and every other role depends on loads.
-Around the accumulator hand-offs, tcgen05.fence::after_thread_sync follows each wait and
-::before_thread_sync precedes the epilogue's release.
+Launch and start-up. Programmatic dependent launch: each kernel lets the next call's kernel
+launch as soon as all its CTAs run (griddepcontrol.launch_dependents at the start), so the next
+launch and its prologue (barrier init, TMEM allocation) overlap this kernel's tail on the SMs it
+frees; the TMA warp waits (griddepcontrol.wait) before its first load, and every other role
+depends on loads. Before that wait it reads its first tile record and prefetches that tile's
+descriptors (prefetch.tensormap): neither depends on the previous grid (the schedule tables are
+written when the plan is built). Around the accumulator hand-offs, tcgen05.fence::
+after_thread_sync follows each wait and ::before_thread_sync precedes the epilogue's release.
 
 Epilogue: direct stores, no TMA store. C is [M, N] with N contiguous and the accumulator holds
 C^T, so a lane owns one weight column n and 32 consecutive token rows. Neighbouring lanes (n, n^1)
@@ -74,47 +89,71 @@ predicated on its token row being below M (store_words_if, shared with Hopper), 
 second CTA stores nothing when its rows are past N. No smem staging keeps an eighth operand stage;
 gau-nernst's fastest entry stores straight from registers too.
 
-Per-problem configuration, chosen by the calibrated model of tools/b200_model.py (public B200
-figures plus five constants fitted to gau-nernst's v6b and three steps of Nareg's ladder, all
-within 13%): the token width per tile (the smaller of 64 / 128 that covers its tokens), 8 stages
-(all that fit), no split-K. For the four benchmarks the model's choose_config picks exactly this
-(tests/test_b200_model.py checks it); on the small task tests it would take 64-token tiles with
-9 stages, for under 5%, not worth a kernel variant. Split-K across the pair (partial sums through
-DSMEM) pays in the model only where most pairs idle (one group of a few tokens), not on benchmarks
-3 and 4, where the fixed start-up is over half the time: it is not built. The schedule balances
-jobs by the model's mainloop time (B200Model).
+Per-problem configuration: the token width per tile (the smaller of 64 / 128 that covers its
+tokens), 8 stages (all that fit), no split-K, the hybrid schedule: all chosen with the analytic
+model of tools/b200_model.py, which evaluates exactly the records sm100_schedule builds for a
+configuration, with the constants of B200Model (public B200 figures plus five constants fitted to
+published B200 times). The model resolves structural effects (busy workers, stage counts,
+weight re-reads: 1.3x and more), not 10-20% differences: its held-out error is given with every
+figure. Decisions that rest on less than that error: the token widths (64 vs 128: a few %), the
+start-up levers (PDL, prefetch: the model has one fitted start-up constant and cannot split it),
+the L2 hints and multicast (the model has no L2 term). The hybrid schedule rests on more: it
+keeps 60 and 64 of 74 pairs busy on benchmarks 3 and 4 instead of 24 and 32.
 
-Techniques of the published ladders (ANCHORS.md), adopted or not:
-  gau-nernst: persistent grid (adopted: the co-resident pairs); BLOCK_N 256 with overlapped TMEM (adopted as
-  2 accumulators of up to 128 columns); groups sorted by M / raster along M (replaced by the
-  model-balanced table with weight blocks kept together); 2-SM MMA with weights as M = 256
-  (adopted); unrolled first stages (not adopted: the pipeline peeks instead; ANCHORS lists it as
-  a pitfall with fewer k-tiles than stages); multicast of the token scales (adopted); streaming
-  stores (adopted: st.global from registers, no TMA store); evict-first weights (adopted, on a
-  block's last reader); switch-based tile lookup (replaced by
-  the table walk); skip out-of-bounds loads (TMA zero-fill, no memory traffic; whole boxes past M
-  are still issued); BLOCK_M 256 / two MMA_N 128 (not adopted: token tiles stop at 128 so the
-  accumulators double-buffer); CLC dynamic scheduling (not available in 4.3.5, and measured
-  slower by both); BLOCK_K 512 (not adopted: measured no faster).
-  Nareg: buffers kept across calls (adopted: per shape signature); descriptors not patched per
-  tile, host-built (adopted, as kernel parameters); TMA loads pipelined across tiles (adopted:
-  the ring runs across tiles); ping-pong TMEM (adopted); A multicast (here: token-scale multicast;
-  weights are split, not shared, across the pair); TMA store for C (not adopted, see Epilogue);
-  a tile-scheduler warp with a binary search (replaced by the precomputed table).
+Techniques of the published ladders, adopted or not (gau-nernst/gpu-mode-kernels
+nvidia/nvfp4_group_gemm, NaregAmirianMegan/NVFP4_Kernels):
+  gau-nernst: persistent grid (adopted: the co-resident pairs); BLOCK_N 256 with overlapped TMEM
+  (adopted as 2 accumulators of up to 128 columns); groups sorted by M / raster along M (replaced
+  by the model-balanced table); 2-SM MMA with weights as M = 256 (adopted); unrolled first stages
+  (not adopted: the pipeline runs across tiles, and unrolling is wrong when a worker has fewer
+  k-tiles than stages and more than one tile, a reported pitfall); descriptor prefetch before the
+  dependency wait (adopted); multicast of the token scales (adopted); streaming stores (adopted:
+  st.global from registers, no TMA store); evict-first weights (adopted, on a block's sole
+  reader); switch-based tile lookup (replaced by the table walk); skip out-of-bounds loads (TMA
+  zero-fill, no memory traffic; whole boxes past M are still issued); BLOCK_M 256 / two MMA_N 128
+  (not adopted: token tiles stop at 128 so the accumulators double-buffer); CLC dynamic
+  scheduling (not in DSL 4.3.5, measured slower by both); BLOCK_K 512 (measured no faster).
+  Nareg: buffers kept across calls (adopted: per shape signature); descriptors host-built, not
+  patched per tile (adopted, as kernel parameters); TMA loads pipelined across tiles (adopted);
+  ping-pong TMEM (adopted); A multicast (here: token-scale multicast; weights are split, not
+  shared, across the pair); TMA store for C (not adopted, see Epilogue); a tile-scheduler warp
+  with a binary search (replaced by the precomputed table).
 
-Departures from NVIDIA's dense_blockscaled_gemm_persistent.py (cutlass v4.3.5), and why:
-  - grouped, with the host-built per-group descriptors above instead of the grouped example's
-    in-kernel tensormap updates (measured by others at 1.2-1.6x slower);
-  - the token width varies per tile (two tiled MMAs, B stages at the widest variant's stride, the
-    leader arms the full barrier with the variant's bytes instead of a fixed tx_count);
-  - the epilogue stores from registers (see Epilogue);
-  - the static schedule is a host table rather than a linear tile index.
+Departures from NVIDIA's dense_blockscaled_gemm_persistent.py (cutlass v4.3.5), by switch:
+  field           shipped  safe    the example                      risk the switch isolates
+  cta_group       2        1       both; 2 when mma_tiler M is 256  2-CTA MMA and TMEM alloc, the
+                                                                    pair's TMA completing on the
+                                                                    leader's barrier, fully
+                                                                    out-of-bounds boxes of the
+                                                                    second CTA (M <= 32; N an odd
+                                                                    multiple of 128)
+  token_variants  64/128   128     one MMA N per kernel             two tiled MMAs in one kernel,
+                                                                    stages at the widest stride,
+                                                                    expect-tx per variant
+  multicast       on       off     multicasts when the cluster      multicast TMA of the token
+                                   allows (here no cluster)         scales, its arrival counts
+  pdl             on       off     no PDL                           griddepcontrol across calls
+  l2_hints        on       off     no cache hints                   createpolicy, .L2::cache_hint
+  epilogue        ptx      atoms   TMEM-load copy atoms             inline tcgen05.ld and its wait
+  descriptors     selp     branch  each atom's own descriptor       descriptor addresses taken
+                                                                    with cvta.param, picked by
+                                                                    selp, passed as tma_desc_ptr
+  prefetch        on       off     prefetches every descriptor      prefetch.tensormap by address
+                                   at its start                     before the dependency wait
+  jobs            hybrid   hybrid  a linear static tile scheduler   none on B200 alone: the same
+                                                                    table walk runs on Hopper
+Departures no switch removes (SM100_SAFE keeps them): one launch for all groups with one TMA
+atom per group and operand; a tile's trip count and token range from the host's table; the
+epilogue stores from registers with st.global predicated on M (the example stages C in smem and
+stores it with TMA); token boxes partly past M, zero-filled by the TMA. The Hopper path runs the
+same host path, table walk and store predication.
 
-Never executed (no B200 in reach): tcgen05.mma / cp / ld / fence, TMEM allocation, the 2-CTA
-pairing and cluster launch, the SFB multicast, this kernel's pipelines and its programmatic
-dependent launch across calls (the Hopper path runs PDL between its two kernels, not across calls). Executed on the H200 through the Hopper
-path: the host path and LaunchArgs, descriptor construction as kernel parameters and their
-selection by group, the schedule and its table, the epilogue's row pairing and clipped stores.
+Never executed (no B200 in reach): every configuration of this kernel: tcgen05.mma / cp / ld /
+fence, TMEM allocation, the 2-CTA pairing and cluster launch, the token-scale multicast, the
+pipelines, programmatic dependent launch across calls and the prefetch before it. Executed on the
+H200 through the Hopper path: the host path and LaunchArgs, descriptor construction as kernel
+parameters and their selection by group, the schedule and its table walk, the epilogue's row
+pairing and clipped stores, and PDL between two kernels (Sm100Config.pdl switches it there too).
 """
 from __future__ import annotations
 

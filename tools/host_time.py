@@ -87,7 +87,7 @@ def main(argv=None) -> int:
         rows.append((number, f"{here}, compiled host function alone", None, launch_only))
         if major != 10:
             sizes = submission.validate_inputs(base)
-            launch_args, buffers = submission.sm100_launch_args(sizes, base[0][0][0].device)
+            launch_args, buffers = submission.sm100_launch_args(sizes, base[0][0][0].device, submission.sm100_config())
             standin = submission.ShapePlan(sizes, submission._metadata(submission._input_tensors(base)), _StandIn(launch_args))
             b200_first = _time_calls(standin.run, inputs, 1)
             b200_repeated = _time_calls(standin.run, inputs, 5)
