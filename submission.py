@@ -133,13 +133,15 @@ Departures from NVIDIA's dense_blockscaled_gemm_persistent.py (cutlass v4.3.5), 
   multicast       on       off     multicasts when the cluster      multicast TMA of the token
                                    allows (here no cluster)         scales, its arrival counts
   pdl             on       off     no PDL                           griddepcontrol across calls
-  l2_hints        on       off     no cache hints                   createpolicy, .L2::cache_hint
+  l2_hints        on       off     no createpolicy (its loads       createpolicy, the loads'
+                                   carry a zero cache hint)         cache-hint operands
   epilogue        ptx      atoms   TMEM-load copy atoms             inline tcgen05.ld and its wait
   descriptors     selp     branch  each atom's own descriptor       descriptor addresses taken
                                                                     with cvta.param, picked by
                                                                     selp, passed as tma_desc_ptr
-  prefetch        on       off     prefetches every descriptor      prefetch.tensormap by address
-                                   at its start                     before the dependency wait
+  prefetch        on       on      prefetches its atoms'            prefetch.tensormap by address
+                                   descriptors at its start         (selp) before the dependency
+                                                                    wait
   jobs            hybrid   hybrid  a linear static tile scheduler   none on B200 alone: the same
                                                                     table walk runs on Hopper
 Departures no switch removes (SM100_SAFE keeps them): one launch for all groups with one TMA
@@ -812,6 +814,7 @@ class Sm100Config:
     descriptors: str = "selp"
     # Start-up: before the wait for the previous grid, the TMA warp reads its first tile record
     # and prefetches that tile's descriptors (prefetch.tensormap); neither depends on that grid.
+    # NVIDIA's example prefetches its descriptors too, so SM100_SAFE keeps it on.
     prefetch: bool = True
     # The schedule's jobs (JOB_POLICIES); host-side, the same walk as the Hopper path.
     jobs: str = "hybrid"
@@ -902,7 +905,7 @@ def _config_value(value) -> str:
 SM100_SHIPPED = Sm100Config()
 SM100_SAFE = Sm100Config(
     cta_group=1, token_variants=(128,), multicast=False, pdl=False, l2_hints=False, epilogue="atoms",
-    descriptors="branch", prefetch=False,
+    descriptors="branch",
 )
 
 
