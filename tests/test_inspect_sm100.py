@@ -129,7 +129,8 @@ def gemm_kernel(**changes):
 
 @pytest.mark.parametrize("kernel, problem", [
     (gemm_kernel(), None),
-    (gemm_kernel(counts={"mma_2cta": 0}), "tcgen05.mma is not cta_group::2 (no 2-CTA MMA)"),
+    (gemm_kernel(counts={"mma_2cta": 0}), "tcgen05.mma is not cta_group::2 (0 of 4 are)"),
+    (gemm_kernel(counts={"mma_2cta": 3}), "tcgen05.mma is not cta_group::2 (3 of 4 are)"),
     (gemm_kernel(counts={"tmap_repl": 3}), "the GEMM kernel rewrites tensor maps (3 tensormap.replace)"),
     (gemm_kernel(counts={"UTMALDG": 0}), "no TMA loads (UTMALDG)"),
     (gemm_kernel(counts={"UTC*MMA": 0}), "no block-scaled tcgen05 MMA in the SASS (UTC*MMA)"),
