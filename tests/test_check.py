@@ -184,13 +184,13 @@ def ladder_with(verdicts):
         ran.append(case.name)
         return check.Result(verdicts.get(case.name, "PASS"), 0.0, 1.0, "why")
 
-    status = check.run_ladder(check.ladder(), run_one, out=lines.append)
-    return status, ran, lines
+    failure = check.run_ladder(check.ladder(), run_one, out=lines.append)
+    return failure, ran, lines
 
 
 def test_the_ladder_stops_after_the_first_stage_with_a_failure():
-    status, ran, lines = ladder_with({"m40": "FAIL"})
-    assert status == 1
+    failure, ran, lines = ladder_with({"m40": "FAIL"})
+    assert (failure[0].name, failure[1].verdict) == ("m40", "FAIL")
     assert ran == ["one_tile"] + [name for name, case in CASES.items() if case.stage == "partial_tiles"]
     assert lines[0].split() == ["stage", "case", "G", "M", "N", "K", "result", "err/tol", "seconds"]
     assert "stopped after stage partial_tiles: first failure m40 (FAIL). Next:" in lines
@@ -199,14 +199,14 @@ def test_the_ladder_stops_after_the_first_stage_with_a_failure():
 
 
 def test_the_ladder_stops_at_once_after_a_hang():
-    status, ran, lines = ladder_with({"m7": "HANG", "m40": "FAIL"})
-    assert status == 1 and ran == ["one_tile", "m1", "m7"]
+    failure, ran, lines = ladder_with({"m7": "HANG", "m40": "FAIL"})
+    assert (failure[0].name, failure[1].verdict) == ("m7", "HANG") and ran == ["one_tile", "m1", "m7"]
     assert any("--tool synccheck python tools/check.py --case m7" in line for line in lines)
 
 
 def test_the_ladder_passes_when_every_case_does():
-    status, ran, lines = ladder_with({})
-    assert status == 0 and ran == list(CASES)
+    failure, ran, lines = ladder_with({})
+    assert failure is None and ran == list(CASES)
     assert lines[-1] == f"all {len(CASES)} cases passed. Next: python eval.py test, then python eval.py benchmark"
 
 
