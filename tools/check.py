@@ -363,7 +363,7 @@ class Findings:
 
 
 class Bisection:
-    """Bisects a failure of `case` under `failing` between it and `safe` over `switches` (field
+    """Bisects a case's failure under `failing` between it and `safe` over `switches` (field
     names), with run_case(case, config) -> Result. Every run is memoized by (configuration, case),
     so a configuration met twice (cta_group=1 turns multicast off) runs once; `out` gets a table
     row per run, and per ladder."""
