@@ -184,13 +184,13 @@ def ladder_with(verdicts):
         ran.append(case.name)
         return check.Result(verdicts.get(case.name, "PASS"), 0.0, 1.0, "why")
 
-    status = check.run_ladder(check.ladder(), run_one, out=lines.append)
-    return status, ran, lines
+    failure = check.run_ladder(check.ladder(), run_one, out=lines.append)
+    return failure, ran, lines
 
 
 def test_the_ladder_stops_after_the_first_stage_with_a_failure():
-    status, ran, lines = ladder_with({"m40": "FAIL"})
-    assert status == 1
+    failure, ran, lines = ladder_with({"m40": "FAIL"})
+    assert (failure[0].name, failure[1].verdict) == ("m40", "FAIL")
     assert ran == ["one_tile"] + [name for name, case in CASES.items() if case.stage == "partial_tiles"]
     assert lines[0].split() == ["stage", "case", "G", "M", "N", "K", "result", "err/tol", "seconds"]
     assert "stopped after stage partial_tiles: first failure m40 (FAIL). Next:" in lines
@@ -199,14 +199,14 @@ def test_the_ladder_stops_after_the_first_stage_with_a_failure():
 
 
 def test_the_ladder_stops_at_once_after_a_hang():
-    status, ran, lines = ladder_with({"m7": "HANG", "m40": "FAIL"})
-    assert status == 1 and ran == ["one_tile", "m1", "m7"]
+    failure, ran, lines = ladder_with({"m7": "HANG", "m40": "FAIL"})
+    assert (failure[0].name, failure[1].verdict) == ("m7", "HANG") and ran == ["one_tile", "m1", "m7"]
     assert any("--tool synccheck python tools/check.py --case m7" in line for line in lines)
 
 
 def test_the_ladder_passes_when_every_case_does():
-    status, ran, lines = ladder_with({})
-    assert status == 0 and ran == list(CASES)
+    failure, ran, lines = ladder_with({})
+    assert failure is None and ran == list(CASES)
     assert lines[-1] == f"all {len(CASES)} cases passed. Next: python eval.py test, then python eval.py benchmark"
 
 
@@ -241,3 +241,134 @@ def test_list_and_bad_names_need_no_gpu():
     assert [row[1] for row in rows[1:]] == list(CASES) and rows[0][:2] == ["stage", "case"]
     done = run_tool("--case", "nope")
     assert done.returncode == 2 and done.stderr == "check.py: unknown case 'nope' (see --list)\n"
+
+
+# ---------------------------------------------------------------- bisection, with stand-in runners
+
+SHIPPED, SAFE = submission.SM100_SHIPPED, submission.SM100_SAFE
+SWITCHES = [field.name for field in check.dataclasses.fields(submission.Sm100Config)]
+FEWEST_CHANGES = (lambda config: len(config.changes_from(SHIPPED)), "fewest switches changed from shipped")
+
+
+def bisect_with(breaks, failing=SHIPPED, ranking=FEWEST_CHANGES, switches=SWITCHES, first="m7"):
+    """Bisect a failure of case `first` with a stand-in runner: a case HANGs under a configuration
+    where breaks(config, case name) is true, else passes. Returns (configuration found, output
+    lines, runs)."""
+    runs, lines = [], []
+
+    def run_case(case, config):
+        runs.append((config.describe(), case.name))
+        hangs = breaks(config, case.name)
+        return check.Result("HANG" if hangs else "PASS", None, 2.0 if hangs else 1.0)
+
+    found = check.bisect_failure(CASES[first], check.Result("HANG", None, 180.0), check.ladder(), run_case, failing,
+                                 SAFE, switches, ranking, out=lines.append)
+    return found, lines, runs
+
+
+def switch_lines(lines):
+    return [line for line in lines if line.startswith(("break", "no single switch"))]
+
+
+def test_two_switches_that_hang_only_together_are_named_and_avoided():
+    found, lines, runs = bisect_with(lambda config, case: config.cta_group == 2 and config.multicast)
+    assert switch_lines(lines) == [
+        "break m7 together: cta_group=2 with multicast=on (undoing any one passes; none makes SM100_SAFE fail alone)"]
+    assert found == submission.Sm100Config.parse("shipped,multicast=off")  # one switch changed, passes
+    assert lines[-2:] == ["write this line at the top of submission.py:", '    SM100_CONFIG = "shipped,multicast=off"']
+    assert lines[0] == "bisecting m7 (HANG under shipped), each run in its own process:"
+    assert lines[1].split() == ["configuration", "run", "verdict", "seconds"]
+    assert lines[2].split() == ["safe", "m7", "PASS", "1.0"]
+    assert any(line.split() == ["shipped,cta_group=1,multicast=off", "m7", "PASS", "1.0"] for line in lines)
+    assert any(line.split() == ["shipped,pdl=off", "m7", "HANG", "2.0"] for line in lines)
+    assert lines[-4].split() == ["shipped,multicast=off", "ladder", f"({len(CASES)})", "PASS", f"{len(CASES):.1f}"]
+    # Every configuration ran each case at most once, in its own run; safe with multicast=on is safe
+    # (cta_group 1 turns it off), so it was not run again.
+    assert len(runs) == len(set(runs)) and runs[0] == ("safe", "m7")
+    assert ("safe", "m7") in runs and runs.count(("safe", "m7")) == 1
+    assert not any(config == "shipped" for config, _ in runs)  # known to fail: never rerun
+
+
+def test_a_single_switch_that_breaks_is_named_and_only_it_is_undone():
+    found, lines, _ = bisect_with(lambda config, case: config.l2_hints)
+    assert switch_lines(lines) == ["breaks m7 alone (each makes SM100_SAFE fail): l2_hints=on"]
+    assert found.describe() == "shipped,l2_hints=off"
+    assert lines[-1] == '    SM100_CONFIG = "shipped,l2_hints=off"'
+
+
+def test_when_only_safe_passes_safe_is_the_answer():
+    found, lines, _ = bisect_with(lambda config, case: config != SAFE)
+    named = switch_lines(lines)[0]
+    assert named.startswith("breaks m7 alone (each makes SM100_SAFE fail): ")
+    # safe with multicast=on is safe (no pair to multicast to): multicast cannot be blamed alone.
+    assert set(named.split(": ")[1].split(", ")) == set(SHIPPED.changes_from(SAFE)) - {"multicast=on"}
+    assert found == SAFE and lines[-1] == '    SM100_CONFIG = "safe"'
+
+
+def test_when_safe_fails_too_it_points_at_the_case_and_the_sanitizer():
+    found, lines, runs = bisect_with(lambda config, case: True)
+    assert found is None and runs == [("safe", "m7")]  # nothing else is worth running
+    assert lines[3] == ("SM100_SAFE fails m7 too (HANG): no switch is to blame; the fault is in what every "
+                        "configuration shares. Next:")
+    assert lines[4:] == [
+        "  timeout 600 compute-sanitizer --tool memcheck python tools/check.py --case m7 --config safe    "
+        "# an illegal access can stall a pipeline",
+        "  timeout 600 compute-sanitizer --tool synccheck python tools/check.py --case m7 --config safe    "
+        "# barrier misuse",
+        "  # a hang is usually an mbarrier waiting for arrivals or TMA bytes that never come: arrival counts, "
+        "transaction byte counts, the 2-CTA pairing"]
+    assert not any("SM100_CONFIG =" in line for line in lines)
+
+
+def test_a_candidate_that_fails_a_later_case_is_passed_over():
+    """shipped,multicast=off passes m7 but hangs on bench4 (as does every 2-CTA configuration with
+    PDL): the ladder rows say so, and the configuration found passes every case."""
+    def breaks(config, case):
+        return (config.cta_group == 2 and config.multicast) or (case == "bench4" and config.cta_group == 2 and config.pdl)
+
+    found, lines, runs = bisect_with(breaks)
+    assert lines[-4 - check.LADDER_TRIES].split() == ["shipped,multicast=off", "ladder:", "bench4", "HANG",
+                                                      f"{len(CASES) + 1:.1f}"]
+    assert found is not None and lines[-1] == f'    SM100_CONFIG = "{found.describe()}"'
+    assert not any(breaks(found, name) for name in CASES)
+    assert all((found.describe(), name) in runs for name in CASES)
+
+
+def test_the_model_ranks_the_candidates_when_it_can():
+    """A model that prefers 1-CTA configurations picks the 1-CTA one that passes, though it
+    changes more switches than shipped,multicast=off."""
+    def prefers_one_cta(config):
+        return (config.cta_group == 2, len(config.changes_from(SHIPPED)))
+
+    found, lines, _ = bisect_with(lambda config, case: config.cta_group == 2 and config.multicast,
+                                  ranking=(prefers_one_cta, "a test model"))
+    assert found.describe() == "shipped,cta_group=1,multicast=off"
+    assert "fastest configuration that passes the whole ladder (by a test model): shipped,cta_group=1,multicast=off" in lines
+
+
+def test_without_predict_geomean_the_ranking_counts_switches():
+    key, ranked_by = check.configuration_ranking(SHIPPED)
+    model = (ROOT / "tools" / "b200_model.py").read_text()
+    if "def predict_geomean(" in model:
+        assert ranked_by == "the B200 model's predicted geomean" and key(SHIPPED) > 0
+    else:
+        assert ranked_by == "fewest switches changed from shipped"
+        assert (key(SHIPPED), key(SAFE)) == (0, len(SAFE.changes_from(SHIPPED)))
+
+
+def test_on_hopper_only_pdl_is_bisected():
+    found, lines, runs = bisect_with(lambda config, case: config.pdl, switches=check.HOPPER_SWITCHES)
+    assert {config for config, _ in runs} == {"safe", "safe,pdl=on", "shipped,pdl=off"}
+    assert switch_lines(lines) == ["breaks m7 alone (each makes SM100_SAFE fail): pdl=on"]
+    assert found.describe() == "shipped,pdl=off"
+
+
+def test_a_case_process_runs_under_the_given_configuration(cpu_case, tmp_path):
+    source = ("from reference import ref_kernel\nSM100_CONFIG = 'shipped'\n\n"
+              "def custom_kernel(data):\n"
+              "    assert SM100_CONFIG == 'safe,pdl=on', SM100_CONFIG\n"
+              "    return ref_kernel(data)\n")
+    path = tmp_path / "configured.py"
+    path.write_text(source)
+    assert check.run_case_here(CASES["m7"], path, device="cpu", config="safe,pdl=on").verdict == "PASS"
+    assert check.run_case_here(CASES["m7"], path, device="cpu").verdict == "ERROR"

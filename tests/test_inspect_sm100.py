@@ -1,7 +1,11 @@
 """tools/inspect_sm100.py's reading of PTX, SASS, resource usage and host IR, and its verdicts, on
-synthetic text shaped like what CuTe DSL 4.3.5 and cuobjdump write. Independent of the kernel: the
-full compile of submission.py is tested in tests/test_submission.py."""
+synthetic text shaped like what CuTe DSL 4.3.5 and cuobjdump write; the checks each field of
+submission.Sm100Config implies; and, at the end, issue 14's list of configurations compiled from
+submission.py and inspected (tests/test_submission.py also compiles the file's own configuration)."""
 import argparse
+import dataclasses
+import re
+import subprocess
 import sys
 
 import pytest
@@ -129,7 +133,8 @@ def gemm_kernel(**changes):
 
 @pytest.mark.parametrize("kernel, problem", [
     (gemm_kernel(), None),
-    (gemm_kernel(counts={"mma_2cta": 0}), "tcgen05.mma is not cta_group::2 (no 2-CTA MMA)"),
+    (gemm_kernel(counts={"mma_2cta": 0}), "tcgen05.mma is not cta_group::2 (0 of 4 are)"),
+    (gemm_kernel(counts={"mma_2cta": 3}), "tcgen05.mma is not cta_group::2 (3 of 4 are)"),
     (gemm_kernel(counts={"tmap_repl": 3}), "the GEMM kernel rewrites tensor maps (3 tensormap.replace)"),
     (gemm_kernel(counts={"UTMALDG": 0}), "no TMA loads (UTMALDG)"),
     (gemm_kernel(counts={"UTC*MMA": 0}), "no block-scaled tcgen05 MMA in the SASS (UTC*MMA)"),
@@ -158,3 +163,193 @@ def test_group_counts_option():
     for bad in ("", "1,x", "0,2"):
         with pytest.raises(argparse.ArgumentTypeError):
             tool.parse_groups(bad)
+
+
+# ---------------------------------------------------------------- per-configuration expectations
+# Lines as CuTe DSL 4.3.5 writes them for submission.py's SM100_SHIPPED and SM100_SAFE (G = 2).
+
+SHIPPED_GEMM_PTX = """.visible .entry gemm(
+)
+.reqntid 192, 1, 1
+{
+	griddepcontrol.wait;
+	// begin inline asm
+	createpolicy.fractional.L2::evict_first.b64 %rd86, 1.0;
+	// end inline asm
+	// begin inline asm
+	prefetch.tensormap [%rd89];
+	// end inline asm
+	cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint.cta_group::2 [%r548], [%rd98, {%r30, %r17}], [%r549], %rd99;
+	cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster.L2::cache_hint.cta_group::2 [%r561], [%rd109, {%r563, %r33, %r19}], [%r562], %rs3, %rd88;
+	tcgen05.mma.cta_group::2.kind::mxf4nvf4.block_scale.scale_vec::4X [%r190], %rd63, %rd62, %r391, [%r162], [%r161], %p384;
+	tcgen05.commit.cta_group::2.mbarrier::arrive::one.shared::cluster.multicast::cluster.b64 [%r424], %rs1;
+	// begin inline asm
+	tcgen05.ld.sync.aligned.32x32b.x32.b32 {%r1160, %r1161}, [%r1192];
+tcgen05.wait::ld.sync.aligned;
+	// end inline asm
+	griddepcontrol.launch_dependents;
+	ret;
+}
+"""
+
+SAFE_GEMM_PTX = """.visible .entry gemm(
+)
+.reqntid 192, 1, 1
+{
+	mov.u64 	%rd55, 0;
+	cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%r441], [%rd86, {%r22, %r10}], [%r21], %rd55;
+	tcgen05.mma.cta_group::1.kind::mxf4nvf4.block_scale.scale_vec::4X [%r208], %rd45, %rd44, %r364, [%r173], [%r172], %p272;
+	tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 [%r382];
+	tcgen05.ld.sync.aligned.32x32b.x32.b32 {%r1185, %r1186}, [%r1190];
+	tcgen05.wait::ld.sync.aligned;
+	ret;
+}
+"""
+
+
+def kernel_of_ptx(ptx, name=GEMM):
+    """A kernel with these PTX counts and a clean SASS and resource usage."""
+    counts = {**tool.ptx_counts(ptx), "UTC*MMA": 4, "UTMALDG": 8, "UTMASTG": 0, "UTCCP": 8, "LDL": 0, "STL": 0}
+    return tool.Kernel(name=name, threads=tool.ptx_threads(ptx), registers=96, local_bytes=0, static_smem=1024,
+                       dynamic_smem=200000, counts=counts)
+
+
+def config(text):
+    from submission import Sm100Config
+
+    return Sm100Config.parse(text)
+
+
+def test_shipped_and_safe_ptx_meet_their_configurations():
+    assert tool.kernel_problems(kernel_of_ptx(SHIPPED_GEMM_PTX), config("shipped")) == []
+    assert tool.kernel_problems(kernel_of_ptx(SAFE_GEMM_PTX), config("safe")) == []
+    # The 2-CTA commit multicasts its arrival: not a multicast TMA load.
+    counts = tool.ptx_counts(SHIPPED_GEMM_PTX)
+    assert (counts["multicast"], counts["tma_load_multicast"]) == (2, 1)
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("shipped,multicast=off", "multicast=off but 1 multicast TMA load (cp.async.bulk.tensor .multicast::cluster)"),
+    ("shipped,pdl=off", "pdl=off but 2 griddepcontrol"),
+    ("shipped,l2_hints=off", "l2_hints=off but 1 createpolicy"),
+    ("shipped,prefetch=off", "prefetch=off but 1 prefetch.tensormap"),
+    ("shipped,epilogue=atoms", "epilogue=atoms but 1 inline-asm tcgen05.ld"),
+])
+def test_a_switch_turned_off_fails_on_ptx_that_still_has_it(text, problem):
+    assert tool.kernel_problems(kernel_of_ptx(SHIPPED_GEMM_PTX), config(text)) == [problem]
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("safe,pdl=on", "pdl=on but no griddepcontrol"),
+    ("safe,l2_hints=on", "l2_hints=on but no createpolicy"),
+    ("safe,prefetch=on", "prefetch=on but no prefetch.tensormap"),
+    ("safe,epilogue=ptx", "epilogue=ptx but no inline-asm tcgen05.ld"),
+])
+def test_a_switch_turned_on_fails_on_ptx_without_it(text, problem):
+    assert tool.kernel_problems(kernel_of_ptx(SAFE_GEMM_PTX), config(text)) == [problem]
+
+
+def test_the_mma_must_be_of_the_configurations_cta_group():
+    assert tool.kernel_problems(kernel_of_ptx(SAFE_GEMM_PTX), config("safe,cta_group=2")) == [
+        "tcgen05.mma is not cta_group::2 (0 of 1 are)"]
+    assert tool.kernel_problems(kernel_of_ptx(SAFE_GEMM_PTX), config("safe,cta_group=2,multicast=on")) == [
+        "tcgen05.mma is not cta_group::2 (0 of 1 are)",
+        "multicast=on but no multicast TMA load (cp.async.bulk.tensor .multicast::cluster)"]
+    assert tool.kernel_problems(kernel_of_ptx(SHIPPED_GEMM_PTX), config("shipped,cta_group=1")) == [
+        "tcgen05.mma is not cta_group::1 (0 of 1 are)",
+        "multicast=off but 1 multicast TMA load (cp.async.bulk.tensor .multicast::cluster)",
+        "cta_group=1 but 4 cta_group::2", "cta_group=1 but 2 .multicast::cluster"]
+
+
+def test_safe_forbids_any_pairing_multicast_pdl_and_policy():
+    """What the issue asks of SM100_SAFE, on the shipped PTX: each one named."""
+    assert tool.kernel_problems(kernel_of_ptx(SHIPPED_GEMM_PTX), config("safe")) == [
+        "tcgen05.mma is not cta_group::1 (0 of 1 are)",
+        "multicast=off but 1 multicast TMA load (cp.async.bulk.tensor .multicast::cluster)",
+        "pdl=off but 2 griddepcontrol", "l2_hints=off but 1 createpolicy",
+        "prefetch=off but 1 prefetch.tensormap",
+        "cta_group=1 but 4 cta_group::2", "cta_group=1 but 2 .multicast::cluster",
+        "epilogue=atoms but 1 inline-asm tcgen05.ld"]
+    # A 2-CTA commit alone, no multicast load: still a pair.
+    paired_commit = SAFE_GEMM_PTX.replace(
+        "tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 [%r382];",
+        "tcgen05.commit.cta_group::2.mbarrier::arrive::one.shared::cluster.multicast::cluster.b64 [%r424], %rs1;")
+    assert tool.kernel_problems(kernel_of_ptx(paired_commit), config("safe")) == [
+        "cta_group=1 but 1 cta_group::2", "cta_group=1 but 1 .multicast::cluster"]
+
+
+def test_a_helper_kernel_must_not_have_what_is_off_but_need_not_have_what_is_on():
+    helper = ".visible .entry prep(\n)\n.maxntid 128, 1, 1\n{\n\tgriddepcontrol.wait;\n\tret;\n}\n"
+    assert tool.kernel_problems(kernel_of_ptx(helper, PREP), config("safe")) == ["pdl=off but 1 griddepcontrol"]
+    assert tool.kernel_problems(kernel_of_ptx(helper.replace("griddepcontrol.wait;", ""), PREP), config("shipped")) == []
+
+
+def test_configurations_follow_the_submission():
+    import submission
+
+    assert tool.configurations(submission, None) == [config(submission.SM100_CONFIG)]
+    assert tool.configurations(submission, ["safe", "shipped", "pdl=on"]) == [config("safe"), config("shipped")]
+    with pytest.raises(ValueError):
+        tool.configurations(submission, ["cta_group=3"])
+    older = argparse.Namespace(compile_sm100=lambda num_groups: None)  # a submission without configurations
+    assert tool.configurations(older, None) == [None]
+    with pytest.raises(ValueError, match="--config needs a submission that defines Sm100Config"):
+        tool.configurations(older, ["safe"])
+
+
+# ---------------------------------------------------------------- every configuration compiled (CPU)
+
+# Each switch of SM100_SHIPPED flipped alone: toward SM100_SAFE's value, and for `jobs` (the same in
+# both) each other policy.
+SINGLE_SWITCHES = ("cta_group=1", "token_variants=128", "multicast=off", "pdl=off", "l2_hints=off", "epilogue=atoms",
+                   "descriptors=branch", "prefetch=off", "jobs=tiles", "jobs=weight_blocks")
+COVERAGE = (  # (--groups, --config ...): issue 14's list
+    ("1,2,3,4,5,8,16,32", ("shipped",)),
+    ("2,8", ("safe",)),
+    ("2", SINGLE_SWITCHES),
+)
+
+
+def test_single_switches_flip_every_field_toward_safe():
+    from submission import JOB_POLICIES, SM100_SAFE, SM100_SHIPPED, Sm100Config
+
+    flipped = {}
+    for text in SINGLE_SWITCHES:
+        field, _, _ = text.partition("=")
+        value = getattr(config(text), field)
+        flipped.setdefault(field, []).append(value)
+        # cta_group=1 also turns multicast off (no pair): nothing else changes.
+        assert config(text).changes_from(SM100_SHIPPED) == [text] + ["multicast=off"] * (text == "cta_group=1")
+    assert set(flipped) == {field.name for field in dataclasses.fields(Sm100Config)}
+    for field, values in flipped.items():
+        if getattr(SM100_SAFE, field) != getattr(SM100_SHIPPED, field):
+            assert values == [getattr(SM100_SAFE, field)], field
+    assert set(flipped["jobs"]) == set(JOB_POLICIES) - {SM100_SHIPPED.jobs}
+
+
+def coverage_rows(stdout: str) -> list[dict]:
+    """The kernel rows of inspect_sm100.py's table, by column name."""
+    lines = stdout.splitlines()
+    header = next(line for line in lines if line.split()[:3] == ["groups", "kernel", "config"]).split()
+    rows = [line.split(None, len(header) - 1) for line in lines]
+    return [dict(zip(header, cells)) for cells in rows if len(cells) > 2 and re.fullmatch(r"\d+ k\d+", " ".join(cells[:2]))]
+
+
+def test_every_configuration_compiles_and_passes_its_checks():
+    """Issue 14's CI list compiled for sm_100a and inspected (no GPU): the shipped configuration for
+    every group count, the safe one for G = 2 and 8, each single switch for G = 2. Three processes
+    at once (CI has 2 cores); about a minute of compiling in all."""
+    runs = [subprocess.Popen([sys.executable, str(ROOT / "tools" / "inspect_sm100.py"), "--groups", groups,
+                              *(arg for text in texts for arg in ("--config", text))],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+            for groups, texts in COVERAGE]
+    for run, (groups, texts) in zip(runs, COVERAGE):
+        stdout, stderr = run.communicate(timeout=600)
+        rows = coverage_rows(stdout)
+        expected = {(config(text).describe(), int(g)) for text in texts for g in groups.split(",")}
+        assert {(row["config"], int(row["groups"])) for row in rows} == expected, stdout + stderr
+        for row in rows:
+            assert row["verdict"] == "ok", row
+            assert int(row["mma"]) > 0 and int(row["UTMALDG"]) > 0 and int(row["UTC*MMA"]) > 0, row
+            assert int(row["mma_2cta"]) == (int(row["mma"]) if config(row["config"]).cta_group == 2 else 0), row
+        assert run.returncode == 0, stdout + stderr

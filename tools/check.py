@@ -3,6 +3,7 @@
     python tools/check.py [--submission FILE] [--stage NAME] [--timeout S]   # the ladder
     python tools/check.py --list                                             # its cases (no GPU needed)
     python tools/check.py --case NAME                                        # one case, in this process
+    python tools/check.py --config TEXT [...]                                # any of these, one configuration
 
 Run it first on a GPU the kernel has never run on. Stages, in order: one_tile (one group, one
 tile); partial_tiles (M = 1, 7, 40, 129 alone and mixed, M = 77 and 300, N = K = 256);
@@ -21,11 +22,23 @@ timeout; the process is killed); CRASH (the process died without a result).
 The ladder prints one row per case and stops after the first stage with a failure (at once after
 a HANG), then says what to run next. Exit status: 0 all passed; 1 a case did not pass; 2 no CUDA
 GPU, or bad use.
+
+`--config TEXT` runs under a configuration of the submission's Sm100Config ("safe",
+"shipped,multicast=off", "pdl=off,l2_hints=off"): the case's process sets `submission.SM100_CONFIG`
+before its first call. When the ladder fails and the submission has an Sm100Config, it bisects,
+each attempt in its own process with the timeout: the failing case under SM100_SAFE; if that
+passes, the case with each switch of the failing configuration set to safe's value, and with safe
+with each switch set to the failing one's, which names the switches that break; then the whole
+ladder under the fastest configurations the findings leave (ranked by tools/b200_model.py's
+predict_geomean), safe last. It prints a table (configuration, run, verdict, seconds) and the
+SM100_CONFIG line to write at the top of submission.py. On Hopper only `pdl` is bisected (the
+only switch the Hopper path reads).
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import itertools
 import json
 import math
@@ -225,10 +238,13 @@ def _synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def run_case_here(case: Case, submission: Path, device: str = "cuda") -> Result:
+def run_case_here(case: Case, submission: Path, device: str = "cuda", config: str | None = None) -> Result:
     """Load the submission, run custom_kernel once on the case's inputs, judge the outputs.
-    (device "cpu" checks this tool itself, with a submission that runs there.)"""
+    (device "cpu" checks this tool itself, with a submission that runs there.) `config`: the
+    submission's SM100_CONFIG for this run; it is read when the first call builds its plan."""
     harness.load_submission(str(submission))
+    if config is not None:
+        sys.modules["submission"].SM100_CONFIG = config
     from submission import custom_kernel
 
     data, guards = make_input(case, device)
@@ -284,10 +300,11 @@ def format_row(case: Case, result: Result | None) -> str:
     return ROW.format(case.stage, case.name, *shapes, result.verdict, ratio, f"{result.seconds:.1f}")
 
 
-def next_steps(case: Case, result: Result) -> list[str]:
-    """What to run after the first failure, as command lines with a reason each."""
-    sanitizer = "compute-sanitizer --tool {} python tools/check.py --case " + case.name
-    steps = [f"python tools/check.py --case {case.name}    # the same case in one process, its full message"]
+def next_steps(case: Case, result: Result, config: str | None = None) -> list[str]:
+    """What to run after the first failure (under `config`), as command lines with a reason each."""
+    case_args = f"--case {case.name}" + (f" --config {config}" if config else "")
+    sanitizer = "compute-sanitizer --tool {} python tools/check.py " + case_args
+    steps = [f"python tools/check.py {case_args}    # the same case in one process, its full message"]
     if result.verdict == "HANG":
         steps = [f"timeout 600 {sanitizer.format('memcheck')}    # an illegal access can stall a pipeline",
                  f"timeout 600 {sanitizer.format('synccheck')}    # barrier misuse",
@@ -301,9 +318,9 @@ def next_steps(case: Case, result: Result) -> list[str]:
     return steps
 
 
-def run_ladder(cases: list[Case], run_one, out=print) -> int:
+def run_ladder(cases: list[Case], run_one, out=print, config: str | None = None) -> tuple[Case, Result] | None:
     """Run the cases stage by stage with run_one(case) -> Result; stop after the first stage with
-    a failure (at once after a HANG). Returns the exit status."""
+    a failure (at once after a HANG). Returns the first failure, None if all passed."""
     out(ROW.format("stage", "case", "G", "M", "N", "K", "result", "err/tol", "seconds"))
     first_failure = None
     for _, stage_cases in itertools.groupby(cases, key=lambda case: case.stage):
@@ -319,12 +336,153 @@ def run_ladder(cases: list[Case], run_one, out=print) -> int:
             break
     if first_failure is None:
         out(f"all {len(cases)} cases passed. Next: python eval.py test, then python eval.py benchmark")
-        return 0
+        return None
     case, result = first_failure
     out(f"stopped after stage {case.stage}: first failure {case.name} ({result.verdict}). Next:")
-    for step in next_steps(case, result):
+    for step in next_steps(case, result, config):
         out(f"  {step}")
-    return 1
+    return first_failure
+
+
+# ---------------------------------------------------------------------------------------------
+# Bisection over the submission's Sm100Config after a failure. Pure logic on a stand-in-able
+# run_case(case, config) -> Result; main() runs each attempt in a process of its own.
+
+HOPPER_SWITCHES = ("pdl",)  # the only field of the configuration that sm90_kernel reads
+LADDER_TRIES = 3  # candidate configurations run through the whole ladder before SM100_SAFE
+BISECT_ROW = "{:<40} {:<16} {:<8} {:>8}"
+
+
+@dataclasses.dataclass
+class Findings:
+    """What the failing case did under the configurations the bisection tried."""
+
+    safe_passes: bool
+    alone: list[str]  # "field=value" of the failing config that make safe fail, each alone
+    fixers: list[str]  # "field=value" of the failing config whose safe value alone makes it pass
+
+
+class Bisection:
+    """Bisects a case's failure under `failing` between it and `safe` over `switches` (field
+    names), with run_case(case, config) -> Result. Every run is memoized by (configuration, case),
+    so a configuration met twice (cta_group=1 turns multicast off) runs once; `out` gets a table
+    row per run, and per ladder."""
+
+    def __init__(self, run_case, failing, safe, switches, out=print):
+        self.run_case, self.failing, self.safe, self.out = run_case, failing, safe, out
+        self.fields = [f for f in switches if getattr(failing, f) != getattr(safe, f)]
+        # "field=value" of the failing configuration, as the report names a switch
+        self.switch = {change.partition("=")[0]: change for change in failing.changes_from(safe)}
+        self.results: dict = {}
+
+    def run(self, config, case: Case, row: bool = True) -> Result:
+        key = (config, case.name)
+        if key not in self.results:
+            self.results[key] = self.run_case(case, config)
+            if row:
+                self.row(config, case.name, self.results[key])
+        return self.results[key]
+
+    def row(self, config, ran: str, result: Result) -> None:
+        self.out(BISECT_ROW.format(config.describe(), ran, result.verdict, f"{result.seconds:.1f}"))
+
+    def bisect_case(self, case: Case) -> Findings:
+        """Safe first; then each switch of `fields` flipped alone, both ways."""
+        if self.run(self.safe, case).verdict != "PASS":
+            return Findings(False, [], [])
+        fixers = [self.switch[f] for f in self.fields
+                  if self.run(dataclasses.replace(self.failing, **{f: getattr(self.safe, f)}), case).verdict == "PASS"]
+        alone = [self.switch[f] for f in self.fields
+                 if self.run(dataclasses.replace(self.safe, **{f: getattr(self.failing, f)}), case).verdict != "PASS"]
+        return Findings(True, alone, fixers)
+
+    def candidates(self, findings: Findings) -> list:
+        """Every mix of the failing and safe values over `fields` but those the findings show
+        broken: the failing configuration, any mix that keeps a switch that breaks safe alone,
+        and any that keeps all the switches whose undoing alone passes."""
+        mixes = {}
+        for undo in itertools.product((False, True), repeat=len(self.fields)):
+            config = dataclasses.replace(self.failing, **{f: getattr(self.safe, f)
+                                                          for f, flip in zip(self.fields, undo) if flip})
+            kept = set(config.changes_from(self.safe))
+            if kept & set(findings.alone) or (findings.fixers and kept >= set(findings.fixers)):
+                continue
+            mixes.setdefault(config, None)
+        mixes.pop(self.failing, None)
+        return list(mixes)
+
+    def passes_ladder(self, config, cases: list[Case], first: Case) -> bool:
+        """The whole ladder under `config`, the failing case first; stops at the first non-PASS."""
+        seconds = 0.0
+        for case in [first] + [case for case in cases if case != first]:
+            result = self.run(config, case, row=False)
+            seconds += result.seconds
+            if result.verdict != "PASS":
+                self.row(config, f"ladder: {case.name}", Result(result.verdict, None, seconds))
+                return False
+        self.row(config, f"ladder ({len(cases)})", Result("PASS", None, seconds))
+        return True
+
+
+def configuration_ranking(shipped):
+    """(sort key of a configuration, what it ranks by), fastest first: tools/b200_model.py's
+    predicted geomean of the benchmarks. A model without predict_geomean (one that evaluates only
+    the shipped design), or one that cannot be loaded, must not stop a bring-up, so the key falls
+    back to the number of switches changed from the shipped configuration."""
+    try:
+        spec = importlib.util.spec_from_file_location("b200_model", ROOT / "tools" / "b200_model.py")
+        model = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(model)
+        return model.predict_geomean, "the B200 model's predicted geomean"
+    except Exception:
+        return (lambda config: len(config.changes_from(shipped))), "fewest switches changed from shipped"
+
+
+def bisect_failure(case: Case, result: Result, cases: list[Case], run_case, failing, safe, switches,
+                   ranking, out=print) -> object | None:
+    """After `case` failed with `result` under `failing`: find the switches that break it and the
+    fastest configuration that passes the whole ladder; print the findings and the SM100_CONFIG line.
+    `ranking` is configuration_ranking's pair. Returns the configuration found, None if none."""
+    out(f"bisecting {case.name} ({result.verdict} under {failing.describe()}), each run in its own process:")
+    out(BISECT_ROW.format("configuration", "run", "verdict", "seconds"))
+    bisection = Bisection(run_case, failing, safe, switches, out)
+    findings = bisection.bisect_case(case)
+    if not findings.safe_passes:
+        safe_result = bisection.results[(safe, case.name)]
+        out(f"SM100_SAFE fails {case.name} too ({safe_result.verdict}): no switch is to blame; the fault is "
+            "in what every configuration shares. Next:")
+        for step in next_steps(case, safe_result, "safe"):
+            out(f"  {step}")
+        return None
+    if findings.alone:
+        out(f"breaks {case.name} alone (each makes SM100_SAFE fail): {', '.join(findings.alone)}")
+    elif len(findings.fixers) > 1:
+        out(f"break {case.name} together: {' with '.join(findings.fixers)} (undoing any one passes; "
+            "none makes SM100_SAFE fail alone)")
+    elif findings.fixers:
+        out(f"breaks {case.name}: {findings.fixers[0]} (undoing it passes)")
+    else:
+        out(f"no single switch: {case.name} passes only with several switches of "
+            f"{failing.describe()} undone at once")
+    key, ranked_by = ranking
+    ordered = sorted(bisection.candidates(findings), key=key)[:LADDER_TRIES]
+    for config in ordered + ([safe] if safe not in ordered else []):
+        if bisection.passes_ladder(config, cases, case):
+            out(f"fastest configuration that passes the whole ladder (by {ranked_by}): {config.describe()}")
+            out("write this line at the top of submission.py:")
+            out(f'    SM100_CONFIG = "{config.describe()}"')
+            return config
+    out(f"no configuration tried passes the whole ladder, SM100_SAFE included; its first failure is the "
+        f"next to bisect: python tools/check.py --config safe")
+    return None
+
+
+def configurable(submission: Path):
+    """The submission's module if it defines Sm100Config, else None. Imported in this process only
+    to parse and bisect configurations: its kernels run in the cases' processes."""
+    harness.load_submission(str(submission))
+    module = sys.modules["submission"]
+    return module if hasattr(module, "Sm100Config") else None
 
 
 def _needs_cuda() -> bool:
@@ -337,7 +495,7 @@ def _needs_cuda() -> bool:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="check.py", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="\n".join(__doc__.splitlines()[6:]))
+                                     epilog="\n".join(__doc__.splitlines()[7:]))
     parser.add_argument("--submission", type=Path, default=ROOT / "submission.py", metavar="FILE",
                         help="file defining custom_kernel (default: the repository's submission.py)")
     parser.add_argument("--list", action="store_true", help="list the cases and exit")
@@ -347,6 +505,9 @@ def main(argv: list[str]) -> int:
                         help="seconds a case may take, first call's compile included "
                              f"(default {DEFAULT_TIMEOUT_S})")
     parser.add_argument("--json", action="store_true", help="with --case: print the result as one JSON line")
+    parser.add_argument("--config", metavar="TEXT",
+                        help="the submission's SM100_CONFIG for these runs: 'safe', 'shipped,pdl=off', "
+                             "'multicast=off,l2_hints=off' (default: the file's line)")
     options = parser.parse_args(argv)
     cases = ladder()
     if options.list:
@@ -367,10 +528,19 @@ def main(argv: list[str]) -> int:
     if not options.submission.is_file():
         print(f"check.py: submission file not found: {options.submission}", file=sys.stderr)
         return 2
+    if options.config and not options.json:  # a case process gets its text from the ladder, checked
+        try:
+            submission = configurable(options.submission)
+            if submission is None:
+                raise ValueError(f"{options.submission} defines no Sm100Config")
+            submission.Sm100Config.parse(options.config)
+        except (harness.UsageError, ValueError) as error:
+            print(f"check.py: --config {options.config}: {error}", file=sys.stderr)
+            return 2
 
     if options.case:
         try:
-            result = run_case_here(by_name[options.case], options.submission)
+            result = run_case_here(by_name[options.case], options.submission, config=options.config)
         except harness.UsageError as error:  # the submission cannot be imported
             result = Result("ERROR", None, 0.0, str(error))
         if options.json:
@@ -386,12 +556,29 @@ def main(argv: list[str]) -> int:
           f"each case in its own process, at most {options.timeout:g} s", flush=True)
     selected = [case for case in cases if options.stage in (None, case.stage)]
 
-    def in_subprocess(case: Case) -> Result:
+    def in_subprocess(case: Case, config: str | None = options.config) -> Result:
         command = [sys.executable, str(Path(__file__).resolve()), "--case", case.name,
                    "--submission", str(options.submission), "--json"]
-        return run_in_subprocess(command, options.timeout)
+        return run_in_subprocess(command + (["--config", config] if config else []), options.timeout)
 
-    return run_ladder(selected, in_subprocess, out=lambda line: print(line, flush=True))
+    def say(line: str) -> None:
+        print(line, flush=True)
+
+    failure = run_ladder(selected, in_subprocess, out=say, config=options.config)
+    if failure is None:
+        return 0
+    try:
+        submission = configurable(options.submission)
+    except harness.UsageError as error:
+        say(f"no bisection: {error}")
+        return 1
+    if submission is not None:
+        failing = submission.Sm100Config.parse(options.config or getattr(submission, "SM100_CONFIG", "shipped"))
+        switches = HOPPER_SWITCHES if major == 9 else [field.name for field in dataclasses.fields(failing)]
+        say("")
+        bisect_failure(*failure, cases, lambda case, config: in_subprocess(case, config.describe()), failing,
+                       submission.SM100_SAFE, switches, configuration_ranking(submission.SM100_SHIPPED), out=say)
+    return 1
 
 
 if __name__ == "__main__":

@@ -1,9 +1,12 @@
 """Compile a submission's sm_100a (B200) kernels without a GPU and check their PTX and SASS.
 
-    python tools/inspect_sm100.py [--submission FILE] [--groups 1,2,3] [--keep DIR]
+    python tools/inspect_sm100.py [--submission FILE] [--groups 1,2,3] [--config TEXT ...] [--keep DIR]
 
-For each group count, this calls the submission's `compile_sm100(num_groups)` with
-CUTE_DSL_ARCH=sm_100a. CuTe DSL writes every compiled module's cubin, PTX and host IR; each
+For each configuration and group count, this calls the submission's `compile_sm100(num_groups,
+config)` with CUTE_DSL_ARCH=sm_100a. `--config TEXT` is repeatable, one configuration each, in
+Sm100Config.parse's syntax ("shipped", "safe", "safe,pdl=on", "multicast=off,l2_hints=off");
+without it, the file's SM100_CONFIG line. A submission without Sm100Config is compiled as
+`compile_sm100(num_groups)` and takes no --config. CuTe DSL writes every compiled module's cubin, PTX and host IR; each
 `cute.compile` inside `compile_sm100` is kept apart, so a group count may compile several kernel
 variants. Loading a module needs a B200 driver: without one that last step fails after the files
 are written, and `cute.compile` returns None here (so `compile_sm100` must not use its result
@@ -14,11 +17,22 @@ counts of block-scaled MMAs (UTC*MMA), TMA loads (UTMALDG) and stores (UTMASTG),
 TMEM (UTCCP) and local-memory loads and stores (LDL/STL).
 
 A kernel fails if it spills to local memory or needs more than 232448 B of shared memory. A GEMM
-kernel (one whose PTX issues tcgen05.mma) also fails if its MMA is not cta_group::2, if it
-rewrites tensor maps (tensormap.replace), if it has no TMA loads or no block-scaled MMA in SASS,
-or if it runs fewer than 6 warps. A group count fails if none of its kernels issues tcgen05.mma.
+kernel (one whose PTX issues tcgen05.mma) also fails if its MMA is not of the configuration's
+cta_group (cta_group::2 without a configuration), if it rewrites tensor maps (tensormap.replace),
+if it has no TMA loads or no block-scaled MMA in SASS, or if it runs fewer than 6 warps. A group
+count fails if none of its kernels issues tcgen05.mma.
+
+Each field of the configuration must show in the PTX (config_problems): cta_group 1 leaves no
+`cta_group::2` and no `.multicast::cluster` anywhere (no pair); multicast on needs a multicast TMA
+load (cp.async.bulk.tensor...multicast::cluster), off forbids one (a 2-CTA tcgen05.commit still
+multicasts its arrival); pdl needs griddepcontrol, off forbids it; l2_hints needs createpolicy,
+off forbids it; prefetch needs prefetch.tensormap, off forbids it; epilogue "ptx" loads TMEM by
+inline tcgen05.ld, "atoms" by none. So SM100_SAFE has no cta_group::2, no .multicast::cluster,
+no griddepcontrol and no createpolicy. token_variants, descriptors and jobs have no single
+PTX mark; their compiles get every other check.
 Exit status: 0 all good, 1 a check failed, 2 bad use or cuobjdump/nvdisasm missing.
-`--keep DIR` writes, per compiled module, gG_cI.cubin, .ptx and .sass (the full SASS) into DIR.
+`--keep DIR` writes, per compiled module, gG_cI.cubin, .ptx and .sass (the full SASS) into DIR;
+with several --config, into DIR/CONFIG/ (CONFIG as the table's config column writes it).
 """
 
 from __future__ import annotations
@@ -28,6 +42,8 @@ import contextlib
 import dataclasses
 import glob
 import importlib.util
+import inspect
+import itertools
 import os
 import re
 import shutil
@@ -45,6 +61,19 @@ PTX_COUNTS = {
     "mma": r"\btcgen05\.mma\b",
     "mma_2cta": r"\btcgen05\.mma\.cta_group::2\b",
     "tmap_repl": r"\btensormap\.replace\b",
+}
+# Counted in the PTX for config_problems, not shown in the table.
+PTX_FEATURES = {
+    "mma_1cta": r"\btcgen05\.mma\.cta_group::1\b",
+    "cta_group_2": r"\bcta_group::2\b",
+    "multicast": r"\.multicast::cluster\b",
+    "tma_load_multicast": r"\bcp\.async\.bulk\.tensor\.[^;]*\.multicast::cluster\b",
+    "griddepcontrol": r"\bgriddepcontrol\.",
+    "createpolicy": r"\bcreatepolicy\.",
+    "prefetch_tensormap": r"\bprefetch\.tensormap\b",
+    # ptxas prints inline assembly between these markers; the library's copy atoms emit tcgen05.ld
+    # without them.
+    "inline_tmem_load": r"// begin inline asm\s*\n\s*tcgen05\.ld\b",
 }
 SASS_COUNTS = {
     "UTC*MMA": r"\bUTC\w*MMA\b",
@@ -64,7 +93,7 @@ class Kernel:
     local_bytes: int  # LOCAL + STACK of the resource usage
     static_smem: int
     dynamic_smem: int | None  # from the host IR's launch; None if no launch of it was found
-    counts: dict  # PTX_COUNTS and SASS_COUNTS names -> occurrences
+    counts: dict  # PTX_COUNTS, PTX_FEATURES and SASS_COUNTS names -> occurrences
 
     @property
     def smem(self) -> int | None:
@@ -151,7 +180,9 @@ def launch_dynamic_smem(ir: str) -> dict[str, int | None]:
     return kernels
 
 
-def kernel_problems(kernel: Kernel) -> list[str]:
+def kernel_problems(kernel: Kernel, config=None) -> list[str]:
+    """What is wrong with one kernel of a compile of `config` (a submission's Sm100Config; None
+    for a submission without one, whose GEMM must then be 2-CTA)."""
     found = []
     if kernel.counts["LDL"] or kernel.counts["STL"] or kernel.local_bytes:
         found.append(f"spills to local memory ({kernel.counts['LDL']} LDL, {kernel.counts['STL']} STL, "
@@ -161,8 +192,13 @@ def kernel_problems(kernel: Kernel) -> list[str]:
     elif kernel.smem > SM100_SMEM_PER_BLOCK:
         found.append(f"needs {kernel.smem} B of shared memory > {SM100_SMEM_PER_BLOCK}")
     if kernel.issues_mma:
-        if not kernel.counts["mma_2cta"]:
-            found.append("tcgen05.mma is not cta_group::2 (no 2-CTA MMA)")
+        if config is None or config.cta_group == 2:
+            if kernel.counts["mma_2cta"] != kernel.counts["mma"]:
+                found.append(f"tcgen05.mma is not cta_group::2 ({kernel.counts['mma_2cta']} of "
+                             f"{kernel.counts['mma']} are)")
+        elif kernel.counts["mma_1cta"] != kernel.counts["mma"]:
+            found.append(f"tcgen05.mma is not cta_group::1 ({kernel.counts['mma_1cta']} of "
+                         f"{kernel.counts['mma']} are)")
         if kernel.counts["tmap_repl"]:
             found.append(f"the GEMM kernel rewrites tensor maps "
                          f"({kernel.counts['tmap_repl']} tensormap.replace)")
@@ -172,6 +208,39 @@ def kernel_problems(kernel: Kernel) -> list[str]:
             found.append("no block-scaled tcgen05 MMA in the SASS (UTC*MMA)")
         if kernel.threads is None or kernel.threads < MIN_GEMM_THREADS:
             found.append(f"{kernel.threads} threads per CTA, fewer than {MIN_GEMM_THREADS} (6 warps)")
+    if config is not None:
+        found += config_problems(kernel, config)
+    return found
+
+
+# (count, what it is, the field that needs it): a switch that is on must show in the GEMM's PTX,
+# one that is off must not show in any kernel (a stray griddepcontrol in a helper kernel would
+# still make the launch wait).
+SWITCH_MARKS = (
+    ("tma_load_multicast", "multicast TMA load (cp.async.bulk.tensor .multicast::cluster)", "multicast"),
+    ("griddepcontrol", "griddepcontrol", "pdl"),
+    ("createpolicy", "createpolicy", "l2_hints"),
+    ("prefetch_tensormap", "prefetch.tensormap", "prefetch"),
+)
+
+
+def config_problems(kernel: Kernel, config) -> list[str]:
+    """Where the kernel's PTX contradicts a field of `config` (see the top of this file)."""
+    counts, found = kernel.counts, []
+    for count, what, field in SWITCH_MARKS:
+        if getattr(config, field) and kernel.issues_mma and not counts[count]:
+            found.append(f"{field}=on but no {what}")
+        elif not getattr(config, field) and counts[count]:
+            found.append(f"{field}=off but {counts[count]} {what}")
+    if config.cta_group == 1:
+        for count, what in (("cta_group_2", "cta_group::2"), ("multicast", ".multicast::cluster")):
+            if counts[count]:
+                found.append(f"cta_group=1 but {counts[count]} {what}")
+    if kernel.issues_mma:
+        if config.epilogue == "ptx" and not counts["inline_tmem_load"]:
+            found.append("epilogue=ptx but no inline-asm tcgen05.ld")
+        elif config.epilogue == "atoms" and counts["inline_tmem_load"]:
+            found.append(f"epilogue=atoms but {counts['inline_tmem_load']} inline-asm tcgen05.ld")
     return found
 
 
@@ -181,6 +250,11 @@ def group_count_problems(kernels: list[Kernel]) -> list[str]:
     return []
 
 
+def ptx_counts(entry: str) -> dict[str, int]:
+    """PTX_COUNTS and PTX_FEATURES names -> occurrences in one kernel's PTX."""
+    return {key: len(re.findall(pattern, entry)) for key, pattern in {**PTX_COUNTS, **PTX_FEATURES}.items()}
+
+
 def kernels_of_module(ptx: str, sass: str, usage: str, ir: str) -> list[Kernel]:
     """The kernels of one compiled module, from its PTX, SASS, resource usage and host IR."""
     ptx_entries, sass_functions = split_ptx_entries(ptx), split_sass_functions(sass)
@@ -188,7 +262,7 @@ def kernels_of_module(ptx: str, sass: str, usage: str, ir: str) -> list[Kernel]:
     kernels = []
     for name, fields in resources.items():
         ptx_text, sass_text = ptx_entries.get(name, ""), sass_functions.get(name, "")
-        counts = {key: len(re.findall(pattern, ptx_text)) for key, pattern in PTX_COUNTS.items()}
+        counts = ptx_counts(ptx_text)
         counts.update({key: len(re.findall(pattern, sass_text)) for key, pattern in SASS_COUNTS.items()})
         kernels.append(Kernel(
             name=name, threads=ptx_threads(ptx_text), registers=fields.get("REG", 0),
@@ -303,6 +377,22 @@ def parse_groups(text: str) -> list[int]:
     return groups
 
 
+def configurations(submission, texts: list[str] | None) -> list:
+    """The configurations to compile, each --config text parsed by the submission's Sm100Config
+    (by default its SM100_CONFIG line), without repeats; [None] for a submission whose
+    compile_sm100 takes no configuration. Raises ValueError for a text it cannot parse, or for
+    --config given to a submission without configurations."""
+    config_class = getattr(submission, "Sm100Config", None)
+    takes_config = len(inspect.signature(submission.compile_sm100).parameters) >= 2
+    if config_class is None or not takes_config:
+        if texts:
+            raise ValueError("--config needs a submission that defines Sm100Config and "
+                             "compile_sm100(num_groups, config)")
+        return [None]
+    texts = texts or [getattr(submission, "SM100_CONFIG", "shipped")]
+    return list(dict.fromkeys(config_class.parse(text) for text in texts))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="inspect_sm100.py", description=__doc__.splitlines()[0],
                                      epilog="See the top of tools/inspect_sm100.py for every check.")
@@ -311,6 +401,10 @@ def main(argv=None) -> int:
                              "(default: the repository's submission.py)")
     parser.add_argument("--groups", type=parse_groups, default=list(DEFAULT_GROUPS), metavar="G,G,...",
                         help=f"group counts to compile (default: {','.join(map(str, DEFAULT_GROUPS))})")
+    parser.add_argument("--config", action="append", metavar="TEXT",
+                        help="a configuration to compile, as Sm100Config.parse reads it ('safe', "
+                             "'shipped,pdl=off', 'multicast=off'); repeat for several "
+                             "(default: the file's SM100_CONFIG)")
     parser.add_argument("--keep", type=Path, metavar="DIR",
                         help="write each compiled module's cubin, PTX and SASS into DIR")
     args = parser.parse_args(argv)
@@ -335,50 +429,61 @@ def main(argv=None) -> int:
         print(f"inspect_sm100.py: {args.submission} defines no compile_sm100: no sm_100a kernel to inspect",
               file=sys.stderr)
         return 2
+    try:
+        configs = configurations(submission, args.config)
+    except ValueError as error:
+        print(f"inspect_sm100.py: {error}", file=sys.stderr)
+        return 2
+    labels = [config.describe() if config else "-" for config in configs]
     if args.keep:
         args.keep.mkdir(parents=True, exist_ok=True)
 
-    columns = ["groups", "kernel", "compile_s", "threads", "regs", "smem_B", *PTX_COUNTS, *SASS_COUNTS]
-    print(f"sm_100a kernels of {args.submission.name}: compile_sm100(G), PTX from CuTe DSL, "
-          "SASS via cuobjdump")
+    width = max(9, *map(len, labels))
+    columns = ["groups", "kernel", "config".ljust(width), "compile_s", "threads", "regs", "smem_B", *PTX_COUNTS,
+               *SASS_COUNTS]
+    call = "compile_sm100(G)" if configs == [None] else "compile_sm100(G, config)"
+    print(f"sm_100a kernels of {args.submission.name}: {call}, PTX from CuTe DSL, SASS via cuobjdump")
     print(" ".join(f"{name:>9}" for name in columns) + "  verdict")
     kernel_ids: dict[str, str] = {}
     failures = 0
     try:
-        for groups in args.groups:
+        for (config, label), groups in itertools.product(zip(configs, labels), args.groups):
             modules: list[Path] = []
             start = time.perf_counter()
             with native_stderr_held_back(), each_compile_kept_apart(dump_dir, modules):
-                submission.compile_sm100(groups)
+                submission.compile_sm100(groups) if config is None else submission.compile_sm100(groups, config)
             seconds = time.perf_counter() - start
             kernels = []
             for index, folder in enumerate(modules):
                 module_kernels, sass = inspect_module(folder, cuobjdump, tool_env)
                 kernels += module_kernels
                 if args.keep:
-                    stem = args.keep / f"g{groups}_c{index}"
+                    keep = args.keep / label if len(configs) > 1 else args.keep
+                    keep.mkdir(exist_ok=True)
+                    stem = keep / f"g{groups}_c{index}"
                     shutil.copy(_only_file(folder, "*.cubin"), stem.with_suffix(".cubin"))
                     if _only_file(folder, "*.ptx"):
                         shutil.copy(_only_file(folder, "*.ptx"), stem.with_suffix(".ptx"))
                     stem.with_suffix(".sass").write_text(sass)
             for kernel in kernels:
                 kernel_id = kernel_ids.setdefault(kernel.name, f"k{len(kernel_ids) + 1}")
-                found = kernel_problems(kernel)
+                found = kernel_problems(kernel, config)
                 failures += bool(found)
-                cells = [groups, kernel_id, f"{seconds:.1f}", kernel.threads, kernel.registers,
+                cells = [groups, kernel_id, label.ljust(width), f"{seconds:.1f}", kernel.threads, kernel.registers,
                          "?" if kernel.smem is None else kernel.smem,
                          *(kernel.counts[name] for name in (*PTX_COUNTS, *SASS_COUNTS))]
                 verdict = "FAIL: " + "; ".join(found) if found else "ok"
                 print(" ".join(f"{cell!s:>9}" for cell in cells) + "  " + verdict)
             for problem in group_count_problems(kernels):
                 failures += 1
-                print(f"{groups:>9} FAIL: {problem}")
+                print(f"{groups:>9} {'':>9} {label.ljust(width)} FAIL: {problem}")
     finally:
         shutil.rmtree(dump_dir, ignore_errors=True)
     for name, kernel_id in kernel_ids.items():
         print(f"{kernel_id}: {name}")
     if args.keep:
-        print(f"cubin, PTX and SASS of each module: {args.keep}/g<G>_c<module>.{{cubin,ptx,sass}}")
+        folder = f"{args.keep}/<config>" if len(configs) > 1 else str(args.keep)
+        print(f"cubin, PTX and SASS of each module: {folder}/g<G>_c<module>.{{cubin,ptx,sass}}")
     return 1 if failures else 0
 
 
