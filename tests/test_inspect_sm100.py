@@ -197,6 +197,7 @@ SAFE_GEMM_PTX = """.visible .entry gemm(
 .reqntid 192, 1, 1
 {
 	mov.u64 	%rd55, 0;
+	prefetch.tensormap [%rd58];
 	cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%r441], [%rd86, {%r22, %r10}], [%r21], %rd55;
 	tcgen05.mma.cta_group::1.kind::mxf4nvf4.block_scale.scale_vec::4X [%r208], %rd45, %rd44, %r364, [%r173], [%r172], %p272;
 	tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 [%r382];
@@ -242,11 +243,15 @@ def test_a_switch_turned_off_fails_on_ptx_that_still_has_it(text, problem):
 @pytest.mark.parametrize("text, problem", [
     ("safe,pdl=on", "pdl=on but no griddepcontrol"),
     ("safe,l2_hints=on", "l2_hints=on but no createpolicy"),
-    ("safe,prefetch=on", "prefetch=on but no prefetch.tensormap"),
     ("safe,epilogue=ptx", "epilogue=ptx but no inline-asm tcgen05.ld"),
 ])
 def test_a_switch_turned_on_fails_on_ptx_without_it(text, problem):
     assert tool.kernel_problems(kernel_of_ptx(SAFE_GEMM_PTX), config(text)) == [problem]
+
+
+def test_prefetch_on_fails_on_ptx_without_it():
+    no_prefetch = SAFE_GEMM_PTX.replace("\tprefetch.tensormap [%rd58];\n", "")
+    assert tool.kernel_problems(kernel_of_ptx(no_prefetch), config("safe")) == ["prefetch=on but no prefetch.tensormap"]
 
 
 def test_the_mma_must_be_of_the_configurations_cta_group():
@@ -267,7 +272,6 @@ def test_safe_forbids_any_pairing_multicast_pdl_and_policy():
         "tcgen05.mma is not cta_group::1 (0 of 1 are)",
         "multicast=off but 1 multicast TMA load (cp.async.bulk.tensor .multicast::cluster)",
         "pdl=off but 2 griddepcontrol", "l2_hints=off but 1 createpolicy",
-        "prefetch=off but 1 prefetch.tensormap",
         "cta_group=1 but 4 cta_group::2", "cta_group=1 but 2 .multicast::cluster",
         "epilogue=atoms but 1 inline-asm tcgen05.ld"]
     # A 2-CTA commit alone, no multicast load: still a pair.
