@@ -867,6 +867,8 @@ def local_main(argv: list[str]) -> int:
             raise UsageError("--plot applies to benchmark")
         if options.mode == "benchmark" and options.inspect is not None:
             raise UsageError("--inspect/--no-inspect apply to test")
+        if options.plot and not options.plot.parent.is_dir():
+            raise UsageError(f"--plot: no folder {options.plot.parent} to write {options.plot.name} into")
         if options.plot:
             _plot_module()  # before any benchmark runs: a missing matplotlib is said at once
         if options.mode == "benchmark" and not torch.cuda.is_available():
