@@ -157,8 +157,8 @@ def get_test_cases(file_name: str, seed: Optional[int]) -> list[TestCase]:
             sys.exit(113)
         tests.append(TestCase(args=args, spec=line))
     if not tests:
-        # The board's evaluator would report `test-count: 0` and `check: pass` (and fail with a
-        # traceback in benchmark modes): a pass that checked nothing.
+        # The board's evaluator would report `test-count: 0` and `check: pass` in test mode (and
+        # fail with a traceback in benchmark mode): a pass that checked nothing.
         print(f"no test cases in `{file_name}`: nothing to check", file=sys.stderr)
         sys.exit(113)
     if seed is not None:
