@@ -53,6 +53,8 @@ SLOW_REPEAT_FACTOR = 2.0  # a timed repeat above this multiple of the median is 
 _SPEC_PART = re.compile(r"\s*([a-zA-Z_]+)\s*:\s*(\[[^\]]*\]|\([^)]*\)|[a-zA-Z_]+|[+-]?[0-9]+)\s*")
 _GROUP_SIZE_KEYS = ("m", "n", "k")  # one value per group
 _INTEGER_KEYS = ("g", "seed")
+SPEC_KEYS = "m, n, k, g, seed"  # reference.generate_input's arguments, all required
+K_MULTIPLE = 16  # one e4m3 scale per 16 FP4 values along K: generate_input's scales need whole blocks
 
 
 class SpecError(ValueError):
@@ -93,33 +95,41 @@ def parse_spec_line(line: str) -> dict:
     for part in line.split(";"):
         match = _SPEC_PART.fullmatch(part)
         if not match:
-            raise SpecError(f"invalid test case: '{line}': '{part}'")
+            raise SpecError(f"invalid test case: '{line}': '{part}' is not `key: value` (a name, then an "
+                            "integer, a name or a [..] list; parts separated by ';')")
         args[match[1]] = _spec_value(match[2])
     return args
 
 
 def check_spec_values(args: dict, line: str) -> None:
-    """Values generate_input can take: g and seed integers, m, n and k lists of g positive integers.
+    """Values generate_input can take: every key, g and seed integers, m, n and k lists of g positive
+    integers, each k a multiple of 16.
 
     The board's evaluator leaves this to generate_input, which fails with a traceback; here it is
     a malformed spec (exit 113)."""
     def invalid(why: str) -> SpecError:
         return SpecError(f"invalid test case: '{line}': {why}")
 
-    unknown = set(args) - set(_GROUP_SIZE_KEYS) - set(_INTEGER_KEYS)
+    keys = (*_GROUP_SIZE_KEYS, *_INTEGER_KEYS)
+    unknown = set(args) - set(keys)
     if unknown:
-        raise invalid(f"unknown key {sorted(unknown)[0]!r} (keys: m, n, k, g, seed)")
+        raise invalid(f"unknown key {sorted(unknown)[0]!r} (keys: {SPEC_KEYS})")
+    missing = [key for key in keys if key not in args]
+    if missing:
+        raise invalid(f"missing key {missing[0]!r} (keys: {SPEC_KEYS})")
     for key in _INTEGER_KEYS:
-        if key in args and not isinstance(args[key], int):
+        if not isinstance(args[key], int):
             raise invalid(f"{key} must be an integer, got {args[key]!r}")
     for key in _GROUP_SIZE_KEYS:
-        value = args.get(key)
-        if value is not None and not (isinstance(value, tuple) and value and all(v > 0 for v in value)):
+        value = args[key]
+        if not (isinstance(value, tuple) and value and all(v > 0 for v in value)):
             raise invalid(f"{key} must be a list of positive integers such as [128, 256], got {value!r}")
-    if "g" in args:
-        lengths = {key: len(args[key]) for key in _GROUP_SIZE_KEYS if key in args}
-        if args["g"] < 1 or any(length != args["g"] for length in lengths.values()):
-            raise invalid(f"g = {args['g']} groups, but m, n, k have {lengths} values")
+    lengths = {key: len(args[key]) for key in _GROUP_SIZE_KEYS}
+    if args["g"] < 1 or any(length != args["g"] for length in lengths.values()):
+        raise invalid(f"g = {args['g']} groups, but m, n, k have {lengths} values")
+    if any(k % K_MULTIPLE for k in args["k"]):
+        raise invalid(f"each k must be a multiple of {K_MULTIPLE} (one scale per {K_MULTIPLE} values), "
+                      f"got {args['k']!r}")
 
 
 def _combine(a: int, b: int) -> int:
@@ -128,12 +138,12 @@ def _combine(a: int, b: int) -> int:
 
 
 def get_test_cases(file_name: str, seed: Optional[int]) -> list[TestCase]:
-    """The spec file's tests (blank lines skipped); exit 113 with one line if it is unreadable or
-    a line is malformed."""
+    """The spec file's tests (blank lines skipped); exit 113 with one line if it is unreadable, a
+    line is malformed or there is no test."""
     try:
         content = Path(file_name).read_text()
     except Exception as error:
-        print(f"Could not open test file`{file_name}`: {error}", file=sys.stderr)
+        print(f"Could not open test file `{file_name}`: {error}", file=sys.stderr)
         sys.exit(113)
     tests = []
     for line in content.splitlines():
@@ -146,10 +156,14 @@ def get_test_cases(file_name: str, seed: Optional[int]) -> list[TestCase]:
             print(error, file=sys.stderr)
             sys.exit(113)
         tests.append(TestCase(args=args, spec=line))
+    if not tests:
+        # The board's evaluator would report `test-count: 0` and `check: pass` in test mode (and
+        # fail with a traceback in benchmark mode): a pass that checked nothing.
+        print(f"no test cases in `{file_name}`: nothing to check", file=sys.stderr)
+        sys.exit(113)
     if seed is not None:
         for test in tests:
-            if "seed" in test.args:
-                test.args["seed"] = _combine(test.args["seed"], seed)
+            test.args["seed"] = _combine(test.args["seed"], seed)
     return tests
 
 
@@ -436,33 +450,24 @@ def run_leaderboard(logger: PopcornOutput, pool, tests: list[TestCase]) -> int:
     return 0  # as on the board: the verdict is the `check` line, the exit code stays 0
 
 
-def _nvtx_range(name: str):
-    # NVTX is part of CUDA builds of torch only.
-    return torch.cuda.nvtx.range(name) if torch.cuda.is_available() else contextlib.nullcontext()
-
-
 def _profile_one(test: TestCase, under_ncu: bool) -> str:
     """Run custom_kernel once inside an NVTX range; without ncu, return torch.profiler's table."""
     custom_kernel = _custom_kernel()
-    with _nvtx_range("generate input"):
+    with torch.cuda.nvtx.range("generate input"):
         data = _clone_data(generate_input(**test.args))
-        _synchronize()
+        torch.cuda.synchronize()
     if under_ncu:  # ncu, running this process, collects the report itself
-        with _nvtx_range("custom_kernel"), _errors_are_the_kernels():
+        with torch.cuda.nvtx.range("custom_kernel"), _errors_are_the_kernels():
             custom_kernel(data)
-            _synchronize()
+            torch.cuda.synchronize()
         return ""
     from torch.profiler import ProfilerActivity, profile
 
-    activities = [ProfilerActivity.CPU]
-    if torch.cuda.is_available():
-        activities.append(ProfilerActivity.CUDA)
-    with profile(activities=activities) as profiler:
-        with _nvtx_range("custom_kernel"), _errors_are_the_kernels():
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
+        with torch.cuda.nvtx.range("custom_kernel"), _errors_are_the_kernels():
             custom_kernel(data)
-            _synchronize()
-    sort_by = "self_cuda_time_total" if torch.cuda.is_available() else "self_cpu_time_total"
-    return profiler.key_averages().table(sort_by=sort_by, row_limit=20)
+            torch.cuda.synchronize()
+    return profiler.key_averages().table(sort_by="self_cuda_time_total", row_limit=20)
 
 
 def run_profiling(logger: PopcornOutput, pool, tests: list[TestCase]) -> int:
@@ -473,11 +478,16 @@ def run_profiling(logger: PopcornOutput, pool, tests: list[TestCase]) -> int:
     passed = True
     for idx, test in enumerate(tests):
         logger.log(f"benchmark.{idx}.spec", test.spec)
-        report = _in_worker(pool, _profile_one, test, under_ncu)
-        if isinstance(report, Raised):
+        # Like benchmark and leaderboard: the board profiles on its GPU, a CPU run would say nothing.
+        if not torch.cuda.is_available():
+            error = "profiling needs a CUDA GPU (torch.cuda.is_available() is False)"
+        else:
+            report = _in_worker(pool, _profile_one, test, under_ncu)
+            error = report.summary if isinstance(report, Raised) else None
+        if error is not None:
             passed = False
             logger.log(f"benchmark.{idx}.status", "fail")
-            logger.log(f"benchmark.{idx}.error", report.summary)
+            logger.log(f"benchmark.{idx}.error", error)
             continue
         logger.log(f"benchmark.{idx}.report", base64.b64encode(report.encode("utf-8"), b"+*").decode("utf-8"))
     logger.log("check", "pass" if passed else "fail")
@@ -519,8 +529,13 @@ def popcorn_main(fd_text: str) -> int:
         print(f"eval.py: file descriptor {fd} (POPCORN_FD) is not open: result lines go to stdout",
               file=sys.stderr)
         fd = os.dup(sys.stdout.fileno())
+    worker_setup = {}
+    if mode == "test" and reference_stands_in():
+        print(f"eval.py: no CUDA GPU: testing the harness with {_shown(REFERENCE_SUBMISSION)} (the reference) "
+              f"in place of {_shown(DEFAULT_SUBMISSION)}, whose sm_100a kernel needs a B200", file=sys.stderr)
+        worker_setup = dict(initializer=load_submission, initargs=(str(REFERENCE_SUBMISSION),))
     with PopcornOutput(fd) as logger:
-        with multiprocessing.get_context("spawn").Pool(1) as pool:
+        with multiprocessing.get_context("spawn").Pool(1, **worker_setup) as pool:
             return POPCORN_MODES[mode](logger, pool, tests)
 
 
@@ -531,8 +546,9 @@ _SOL_ROW = re.compile(r"^\s*(\d+)\s+(\[[\d,\s]*\])\s+(\[[\d,\s]*\])\s+(\[[\d,\s]
 
 HELP_EPILOG = """\
 Without a GPU, `test` runs on the CPU (inputs generated there, reference by exact
-dequantization). Without --submission it then tests tests/ref_submission.py (the reference),
-since submission.py needs a GPU. A full `test` run without a GPU (no --only) also runs the sm_100a
+dequantization). Without --submission, if submission.py has an sm_100a kernel (defines
+compile_sm100: it needs a B200), it then tests tests/ref_submission.py (the reference) instead, as
+the board's face does in mode test. A full `test` run without a GPU (no --only) also runs the sm_100a
 inspection, `python tools/inspect_sm100.py --submission FILE`, on the file under test, or on
 submission.py without --submission; a file without `compile_sm100` (no sm_100a kernel) is not
 inspected. --inspect / --no-inspect force it on or off.
@@ -548,7 +564,8 @@ The board's face: with POPCORN_FD set in the environment,
   POPCORN_FD=N python eval.py MODE SPEC_FILE
 behaves as the board's evaluator. MODE is test, benchmark, leaderboard or profile; SPEC_FILE
 has one test per line, e.g. `m: [96, 128]; n: [128, 256]; k: [256, 512]; g: 2; seed: 1111`
-(blank lines are skipped); POPCORN_SEED, if set, is mixed into each seed. Results are written
+(blank lines are skipped; every key is required, k a multiple of 16; a file without a test is
+malformed); POPCORN_SEED, if set, is mixed into each seed. Results are written
 as `key: value` lines (`test.0.status: pass`, `benchmark.0.mean: ...`, `check: pass`) to file
 descriptor N, or to stdout if N is not open. Exit codes there: 0 all passed (leaderboard: always
 0, the verdict is the `check` line); 112 a test or benchmark failed, including a submission
@@ -662,6 +679,13 @@ def _print_message(message: str) -> None:
 def _print_traceback(text: str) -> None:
     for line in text.rstrip().splitlines():
         print(f"       | {line}")
+
+
+def reference_stands_in() -> bool:
+    """Whether, without a GPU, the reference is tested in place of submission.py (both faces): its
+    sm_100a kernel (compile_sm100) needs a B200, the harness can still be checked, and the sm_100a
+    inspection checks the kernel. A submission.py without one is tested itself."""
+    return not torch.cuda.is_available() and defines_sm100_kernel(DEFAULT_SUBMISSION)
 
 
 def defines_sm100_kernel(path: Path) -> bool:
@@ -843,6 +867,8 @@ def local_main(argv: list[str]) -> int:
             raise UsageError("--plot applies to benchmark")
         if options.mode == "benchmark" and options.inspect is not None:
             raise UsageError("--inspect/--no-inspect apply to test")
+        if options.plot and not options.plot.parent.is_dir():
+            raise UsageError(f"--plot: no folder {options.plot.parent} to write {options.plot.name} into")
         if options.plot:
             _plot_module()  # before any benchmark runs: a missing matplotlib is said at once
         if options.mode == "benchmark" and not torch.cuda.is_available():
@@ -852,9 +878,7 @@ def local_main(argv: list[str]) -> int:
         submission = options.submission or DEFAULT_SUBMISSION
         inspect = options.mode == "test" and (options.inspect if options.inspect is not None else (
             options.only is None and not torch.cuda.is_available()))
-        if options.submission is None and options.mode == "test" and not torch.cuda.is_available():
-            # submission.py's kernels need a GPU; the reference path still checks the harness,
-            # and the sm_100a inspection (on full runs) checks submission.py's kernel.
+        if options.submission is None and options.mode == "test" and reference_stands_in():
             submission = REFERENCE_SUBMISSION
             inspected_note = f"; {_shown(DEFAULT_SUBMISSION)} is checked by the sm_100a inspection below"
             print(f"no CUDA GPU: testing the harness with {_shown(REFERENCE_SUBMISSION)} (the reference)"

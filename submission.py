@@ -225,9 +225,14 @@ def validate_inputs(data) -> tuple:
         raise ValueError(f"{len(abc)} groups: this kernel takes 1 to {MAX_GROUPS}")
     device = abc[0][0].device
     sizes = []
-    for g, ((a, b, c), (sfa, sfb), problem) in enumerate(zip(abc, sf_reordered, problem_sizes)):
+    for g, (abc_g, sf_g, problem) in enumerate(zip(abc, sf_reordered, problem_sizes)):
         if len(problem) != 4:
             raise _contract_error(g, problem, "problem size must be (M, N, K, L)")
+        if not isinstance(abc_g, (tuple, list)) or len(abc_g) != 3:
+            raise _contract_error(g, problem, "abc_tensors entry must be (a, b, c)")
+        if not isinstance(sf_g, (tuple, list)) or len(sf_g) != 2:
+            raise _contract_error(g, problem, "sfasfb_reordered_tensors entry must be (sfa_reordered, sfb_reordered)")
+        (a, b, c), (sfa, sfb) = abc_g, sf_g
         m, n, k, l = (int(x) for x in problem)
         if l != 1:
             raise _contract_error(g, problem, f"L must be 1, got {l}")

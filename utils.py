@@ -26,7 +26,7 @@ def clear_l2_cache() -> None:
 
 
 def clear_l2_cache_large() -> None:
-    """The board's flush: a 64 GiB randn (used when eval.py runs under POPCORN_FD)."""
+    """The board's flush: a 62.5 GiB float32 randn (used when eval.py runs under POPCORN_FD)."""
     dummy = torch.randn((16000, 1024, 1024), device="cuda")
     del dummy
 

@@ -41,11 +41,11 @@ def test_spec_parser_rejects_malformed_lines(line):
 
 def test_board_seed_is_mixed_into_test_seeds(tmp_path):
     spec = tmp_path / "spec.txt"
-    spec.write_text(SPEC_2_GROUPS + "m: [40]; n: [128]; k: [256]; g: 1\n")
+    spec.write_text(SPEC_2_GROUPS + SPEC_1_GROUP)
     plain, mixed = harness.get_test_cases(spec, None), harness.get_test_cases(spec, 7)
     assert plain[0].args["seed"] == 1111 and plain[0].spec == SPEC_2_GROUPS.strip()
     assert mixed[0].args["seed"] == 1111 + (1111 + 7) * (1111 + 7 + 1) // 2
-    assert "seed" not in mixed[1].args
+    assert plain[1].args["seed"] == 5 and mixed[1].args["seed"] == 5 + (5 + 7) * (5 + 7 + 1) // 2
 
 
 def test_stats_match_their_definition():
@@ -276,17 +276,37 @@ def test_popcorn_test_mode_reports_a_wrong_kernel(harness_dir):
 
 @pytest.mark.parametrize("spec, reason", [
     ("m: [40]; n: 1.5\n", "'m: [40]; n: 1.5': ' n: 1.5'"),
-    (SPEC_1_GROUP + "seed: x\n", "seed must be an integer, got 'x'"),
+    (SPEC_1_GROUP + "m: [96]; n: [128]; k: [256]; g: 1; seed: x\n", "seed must be an integer, got 'x'"),
     ("m: [96]; n: [128 256]; k: [256]; g: 1; seed: 3\n", "n must be a list of positive integers"),
     ("m: [96]; n: [128]; k: [256]; g: 2; seed: 3\n", "g = 2 groups, but m, n, k have"),
     ("m: 96; n: [128]; k: [256]; g: 1; seed: 3\n", "m must be a list of positive integers"),
     ("m: [0]; n: [128]; k: [256]; g: 1; seed: 3\n", "m must be a list of positive integers"),
     ("m: [96]; n: [128]; k: [256]; g: 1; sed: 3\n", "unknown key 'sed'"),
+    ("m: [96]; n: [128]; g: 1; seed: 3\n", "missing key 'k' (keys: m, n, k, g, seed)"),
+    ("m: [96]; n: [128]; k: [256]; g: 1\n", "missing key 'seed'"),
+    ("m: [96]; n: [128]; k: [100]; g: 1; seed: 3\n", "each k must be a multiple of 16"),
+    ("garbage line\n", "'garbage line': 'garbage line' is not `key: value`"),
 ])
 def test_popcorn_malformed_spec_exits_113(harness_dir, spec, reason):
     done, _, lines = run_popcorn(harness_dir, "test", spec)
     assert done.returncode == 113 and lines == []
     assert stderr_is_one_line(done) and "invalid test case" in done.stderr and reason in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("mode", ["test", "benchmark"])
+def test_popcorn_spec_without_a_test_exits_113(harness_dir, mode):
+    """The board's evaluator reports `check: pass` for an empty file in test mode: nothing checked."""
+    done, _, lines = run_popcorn(harness_dir, mode, "\n  \n")
+    assert done.returncode == 113 and lines == []
+    assert stderr_is_one_line(done) and "no test cases in `spec.txt`" in done.stderr, done.stderr
+
+
+def test_popcorn_missing_spec_file_exits_113(harness_dir):
+    env = dict(os.environ, POPCORN_FD="1")
+    done = subprocess.run([sys.executable, "eval.py", "test", "missing.txt"], cwd=harness_dir, env=env,
+                          text=True, capture_output=True, stdin=subprocess.DEVNULL, timeout=300)
+    assert done.returncode == 113 and done.stdout == ""
+    assert stderr_is_one_line(done) and done.stderr.startswith("Could not open test file `missing.txt`: ")
 
 
 def test_popcorn_unknown_mode_exits_2(harness_dir):
@@ -303,7 +323,7 @@ def test_popcorn_unimportable_submission_fails_each_case_in_one_line(harness_dir
     assert "Traceback" not in done.stderr
     kind = "test" if mode == "test" else "benchmark"
     assert result[f"{kind}.0.status"] == "fail" and result["check"] == "fail"
-    if torch.cuda.is_available() or mode in ("test", "profile"):
+    if torch.cuda.is_available() or mode == "test":
         assert result[f"{kind}.0.error"] == ("cannot import submission.py: ModuleNotFoundError: "
                                              "No module named 'no_such_module_here' (at submission.py:1)")
 
@@ -336,8 +356,27 @@ def test_popcorn_from_another_directory_uses_eval_pys_folder(harness_dir, tmp_pa
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without a GPU")
-def test_popcorn_benchmark_without_gpu_fails_clearly(harness_dir):
-    done, result, _ = run_popcorn(harness_dir, "benchmark", SPEC_1_GROUP)
+@pytest.mark.parametrize("mode", ["benchmark", "profile"])
+def test_popcorn_benchmark_without_gpu_fails_clearly(harness_dir, mode):
+    done, result, _ = run_popcorn(harness_dir, mode, SPEC_1_GROUP)
     assert done.returncode == 112
     assert result["benchmark-count"] == "1" and result["benchmark.0.status"] == "fail"
     assert "needs a CUDA GPU" in result["benchmark.0.error"] and result["check"] == "fail"
+    assert "benchmark.0.report" not in result
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without a GPU")
+@pytest.mark.parametrize("face", ["local", "board"])
+def test_without_gpu_the_reference_stands_in_for_an_sm100_submission_in_both_faces(harness_dir, face):
+    """submission.py with an sm_100a kernel (here a wrong one) cannot run on a CPU: the reference is
+    tested instead, and that is said. Without compile_sm100 the same wrong kernel is tested itself."""
+    for submission, passes in ((SM100_SUBMISSION, True), (WRONG_SUBMISSION, False)):
+        (harness_dir / "submission.py").write_text(submission)
+        if face == "local":
+            done = run_eval(harness_dir, "test", "--only", "1")
+            verdict, said = "1 of 1 passed" in done.stdout, done.stdout
+        else:
+            done, result, _ = run_popcorn(harness_dir, "test", SPEC_1_GROUP)
+            verdict, said = result["check"] == "pass", done.stderr
+        assert verdict == passes and done.returncode == (0 if passes else {"local": 1, "board": 112}[face]), said
+        assert ("testing the harness with tests/ref_submission.py (the reference)" in said) == passes, said

@@ -1,9 +1,11 @@
 """tools/inspect_sm100.py's reading of PTX, SASS, resource usage and host IR, and its verdicts, on
 synthetic text shaped like what CuTe DSL 4.3.5 and cuobjdump write; the checks each field of
-submission.Sm100Config implies; and, at the end, issue 14's list of configurations compiled from
-submission.py and inspected (tests/test_submission.py also compiles the file's own configuration)."""
+submission.Sm100Config implies; how it loads a submission; and, at the end, issue 14's list of
+configurations compiled from submission.py and inspected (tests/test_submission.py also compiles
+the file's own configuration)."""
 import argparse
 import dataclasses
+import os
 import re
 import subprocess
 import sys
@@ -357,3 +359,32 @@ def test_every_configuration_compiles_and_passes_its_checks():
             assert int(row["mma"]) > 0 and int(row["UTMALDG"]) > 0 and int(row["UTC*MMA"]) > 0, row
             assert int(row["mma_2cta"]) == (int(row["mma"]) if config(row["config"]).cta_group == 2 else 0), row
         assert run.returncode == 0, stdout + stderr
+
+
+def run_tool(submission, tmp_path):
+    """inspect_sm100.py on `submission` with its own temp dir, from a directory outside the repository."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "inspect_sm100.py"), "--submission", str(submission)],
+                          cwd=tmp_path, env=dict(os.environ, TMPDIR=str(temp)), capture_output=True, text=True,
+                          timeout=300)
+    return done, sorted(path.name for path in temp.iterdir())
+
+
+def test_a_submission_outside_the_repository_imports_the_board_files(tmp_path):
+    """Like the board's template, it starts with `from task import ...`; it has no sm_100a kernel."""
+    (tmp_path / "subs").mkdir()
+    submission = tmp_path / "subs" / "v3.py"
+    submission.write_text("from task import input_t, output_t\nfrom reference import ref_kernel\n\n\n"
+                          "def custom_kernel(data: input_t) -> output_t:\n    return ref_kernel(data)\n")
+    done, left = run_tool(submission, tmp_path)
+    assert done.returncode == 2 and "defines no compile_sm100" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and left == []
+
+
+def test_a_submission_that_fails_to_import_leaves_no_temp_folder(tmp_path):
+    submission = tmp_path / "broken.py"
+    submission.write_text("import no_such_module_here\n")
+    done, left = run_tool(submission, tmp_path)
+    assert done.returncode == 1 and "No module named 'no_such_module_here'" in done.stderr
+    assert left == []

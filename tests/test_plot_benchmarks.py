@@ -26,7 +26,7 @@ def test_series_hold_speed_of_light_the_published_entries_and_the_measured_times
     gau = series["gau-nernst v6b (CUDA), B200"]
     assert [t for _, t in gau[:4]] == [27.9, 19.4, 8.48, 6.43]
     assert gau[4][1] == pytest.approx(plot_benchmarks.BEST_KNOWN_GEOMEAN_US, abs=0.05)
-    assert [t for _, t in series["Nareg Amirian Megan (CUDA), B200"][:4]] == [38.2, 25.2, 12.8, 9.1]
+    assert [t for _, t in series["Nareg Amirian Megan sub_v6_2_3 (CUDA), B200"][:4]] == [38.3, 24.9, 12.8, 9.1]
     assert [t for _, t in series["teelaitila (CuTe DSL), B200"][:4]] == [40.4, 28.3, 14.2, 11.0]
     assert series["H200, mean"][:4] == sorted(means.items())
     assert series["H200, mean"][4][1] == pytest.approx(math.exp(sum(map(math.log, means.values())) / 4))
@@ -69,3 +69,19 @@ def test_eval_benchmark_plot_without_matplotlib_refuses_before_benchmarking(harn
     done = run_eval(harness_dir, "benchmark", "--plot", "out.png", env=without_matplotlib)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.strip() == "eval.py: --plot needs matplotlib, which is not installed (pip install matplotlib)"
+
+
+def test_a_missing_output_folder_is_one_line_in_the_tool_and_in_eval(tmp_path, harness_dir):
+    done = subprocess.run([sys.executable, str(TOOL), str(tmp_path / "no" / "x.png"), "--times", "1,2,3,4"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip() == f"plot_benchmarks.py: no folder {tmp_path / 'no'} to write x.png into"
+    done = run_eval(harness_dir, "benchmark", "--plot", "no/x.png")
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip() == "eval.py: --plot: no folder no to write x.png into"
+
+
+def test_times_given_by_hand_are_labelled_as_such():
+    options = plot_benchmarks.make_parser().parse_args(["x.png", "--times", "1,2,3,4"])
+    series = plot_benchmarks.plot_series(options.times, None, SOL_US, options.label)
+    assert series[-1].label == "times given with --times"

@@ -6,10 +6,8 @@ builds the sm_90a cubin on the CPU in a subprocess and reads its SASS).
 
 import glob
 import os
-import shutil
 import subprocess
 import sys
-import sysconfig
 import time
 from pathlib import Path
 
@@ -18,6 +16,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
+import inspect_sm100  # noqa: E402
 
 on_hopper = pytest.mark.skipif(
     not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
@@ -36,19 +35,13 @@ except Exception:  # without a driver only loading the cubin fails, after it is 
 """
 
 
-def _cuobjdump():
-    for pattern in ("nvidia/cuda_cuobjdump/bin/cuobjdump", "nvidia/cu*/bin/cuobjdump"):
-        found = glob.glob(os.path.join(sysconfig.get_paths()["purelib"], pattern))
-        if found:
-            return found[0]
-    return shutil.which("cuobjdump")
-
-
 def test_compiles_to_hgmma_on_cpu(tmp_path):
     """The sm_90a cubin has pipelined HGMMAs of every wgmma N variant, RS (A in registers)."""
     import sm90_kernel
 
-    cuobjdump = _cuobjdump()
+    # Looked up on all of sys.path, as the sm_100a inspection does: in CI's DSL 4.5.2 environment it
+    # comes from the base environment's packages.
+    cuobjdump = inspect_sm100.find_tool("cuobjdump")
     if cuobjdump is None:
         pytest.skip("cuobjdump not installed (pip install nvidia-cuda-cuobjdump)")
     env = dict(os.environ, CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP_CUBIN="1", CUTE_DSL_KEEP_PTX="1",

@@ -52,6 +52,8 @@ BROKEN = {
     "L != 1": lambda d: replace_group(d, 1, problem=(72, 256, 512, 2)),
     "problem vs tensors": lambda d: replace_group(d, 1, problem=(80, 256, 512, 1)),
     "sfa layout": lambda d: replace_group(d, 1, sfa=d[2][1][0].contiguous()),
+    "(a, b) without c": lambda d: ([d[0][0], d[0][1][:2]], d[1], d[2], d[3]),
+    "sfa_reordered alone": lambda d: (d[0], d[1], [d[2][0], d[2][1][:1]], d[3]),
 }
 
 
@@ -79,6 +81,22 @@ def test_broken_input_raises_before_anything_is_written():
     before = [c.clone() for _, _, c in data[0]]
     with pytest.raises(ValueError):
         submission.custom_kernel(data)
+    for (_, _, c), kept in zip(data[0], before):
+        assert torch.equal(c, kept)
+
+
+@pytest.mark.parametrize("planned", [False, pytest.param(True, marks=needs_cuda)])
+def test_an_a_b_pair_gets_a_value_error_naming_the_group(planned):
+    """Also when the signature's plan exists (on a GPU), where the call takes the fast path."""
+    data = make_inputs((40, 72), (128, 256), (256, 512))
+    if planned:
+        submission.custom_kernel(data)
+    broken = BROKEN["(a, b) without c"](data)
+    before = [c.clone() for _, _, c in data[0]]
+    with pytest.raises(ValueError, match=r"group 1 \(problem \(72, 256, 512, 1\)\): abc_tensors entry must be \(a, b, c\)"):
+        submission.custom_kernel(broken)
+    if planned:
+        torch.cuda.synchronize()
     for (_, _, c), kept in zip(data[0], before):
         assert torch.equal(c, kept)
 

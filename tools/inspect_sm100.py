@@ -423,11 +423,18 @@ def main(argv=None) -> int:
     # CuTe DSL reads these when it is imported, so they are set before the submission is loaded.
     os.environ.update(CUTE_DSL_ARCH="sm_100a", CUTE_DSL_KEEP_CUBIN="1", CUTE_DSL_KEEP_PTX="1",
                       CUTE_DSL_KEEP_IR="1", CUTE_DSL_DUMP_DIR=str(dump_dir))
-    sys.path.insert(0, str(args.submission.resolve().parent))
-    submission = load_submission(args.submission)
+    # The submission imports the board's files (task, reference, utils), which are this repository's;
+    # its own folder, which may lie outside, comes next.
+    sys.path[:0] = [str(ROOT), str(args.submission.resolve().parent)]
+    try:
+        submission = load_submission(args.submission)
+    except BaseException:
+        shutil.rmtree(dump_dir, ignore_errors=True)
+        raise
     if not callable(getattr(submission, "compile_sm100", None)):
         print(f"inspect_sm100.py: {args.submission} defines no compile_sm100: no sm_100a kernel to inspect",
               file=sys.stderr)
+        shutil.rmtree(dump_dir, ignore_errors=True)
         return 2
     try:
         configs = configurations(submission, args.config)

@@ -6,7 +6,8 @@ One column per task.yml benchmark and one for their geometric mean (the board's 
 per call in microseconds on a log scale: the given times, speed of light (from task.yml's
 description: B200 at 1.5 GHz) and the times others published for B200 (see README.md, "Credits").
 `python eval.py benchmark --plot OUT.png` draws the same picture from its own run, with the
-median of the repeats next to their mean. Exit status 2 without matplotlib (one line).
+median of the repeats next to their mean. Exit status 2, with one line, without matplotlib or
+when OUT.png's folder does not exist.
 """
 from __future__ import annotations
 
@@ -20,10 +21,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Published B200 times, microseconds per call, benchmarks 1-4 (sources:
 # gau-nernst/gpu-mode-kernels nvidia/nvfp4_group_gemm/README.md (v6b),
-# NaregAmirianMegan/NVFP4_Kernels, teelaitila/nvfp4_gpumode group_gemm/worklog.md).
+# NaregAmirianMegan/NVFP4_Kernels nvfp4_grouped_gemm/group_gemm_timings.txt (sub_v6_2_3, the design
+# whose ladder tools/b200_model.py is calibrated on), teelaitila/nvfp4_gpumode group_gemm/worklog.md).
 PUBLISHED_US = {
     "gau-nernst v6b (CUDA)": (27.9, 19.4, 8.48, 6.43),
-    "Nareg Amirian Megan (CUDA)": (38.2, 25.2, 12.8, 9.1),
+    "Nareg Amirian Megan sub_v6_2_3 (CUDA)": (38.3, 24.9, 12.8, 9.1),
     "teelaitila (CuTe DSL)": (40.4, 28.3, 14.2, 11.0),
 }
 BEST_KNOWN_GEOMEAN_US = 13.1  # gau-nernst v6b; the best honest board entry was ~13.2
@@ -82,9 +84,10 @@ def draw(path: Path, means: dict[int, float], medians: dict[int, float] | None, 
          label: str) -> list[Series]:
     """Write the picture to path (PNG); returns what it shows."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
 
     series = plot_series(means, medians, sol_us, label)
-    figure, axes = plt.subplots(figsize=(9, 5.5))
+    figure, axes = plt.subplots(figsize=(12, 5.5))
     for index, item in enumerate(series):
         offset = 0.0 if item.marker in ("_", "D") or not item.filled else 0.08 * (index - 2)
         xs = [column + offset for column, _ in item.points]
@@ -98,6 +101,11 @@ def draw(path: Path, means: dict[int, float], medians: dict[int, float] | None, 
     axes.axhline(BEST_KNOWN_GEOMEAN_US, xmin=0.82, color="tab:green", linestyle=":", linewidth=1,
                  label=f"best known geomean, {BEST_KNOWN_GEOMEAN_US} µs")
     axes.set_yscale("log")
+    # 20, not the log scale's default 2x10^1; minor ticks labelled at 2, 3 and 5 per decade only, so
+    # that the labels do not crowd.
+    axes.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    axes.yaxis.set_minor_formatter(FuncFormatter(
+        lambda value, _: f"{value:g}" if round(value / 10 ** math.floor(math.log10(value))) in (2, 3, 5) else ""))
     axes.set_xticks([*BENCHMARKS, GEOMEAN_COLUMN],
                     [f"benchmark {n}" for n in BENCHMARKS] + ["geomean\n(board's ranking)"])
     axes.set_xlim(0.5, GEOMEAN_COLUMN + 0.5)
@@ -105,7 +113,8 @@ def draw(path: Path, means: dict[int, float], medians: dict[int, float] | None, 
     axes.set_title("nvfp4_group_gemm: time per call against speed of light and published B200 entries",
                    fontsize=10)
     axes.grid(axis="y", which="both", alpha=0.3)
-    axes.legend(fontsize=8, loc="upper right")
+    # Outside the axes: inside, it covered the geomean column's markers.
+    axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
@@ -124,14 +133,23 @@ def _parse_times(text: str) -> dict[int, float]:
     return dict(zip(BENCHMARKS, times))
 
 
-def main(argv: list[str]) -> int:
+def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="plot_benchmarks.py", description=__doc__.splitlines()[0])
     parser.add_argument("output", type=Path, metavar="OUT.png")
     parser.add_argument("--times", type=_parse_times, required=True, metavar="US,US,US,US",
                         help="microseconds per call of benchmarks 1, 2, ... "
                              "(e.g. the means of eval.py benchmark)")
-    parser.add_argument("--label", default="measured", help="legend label of the times (say the GPU)")
-    options = parser.parse_args(argv)
+    parser.add_argument("--label", default="times given with --times",
+                        help="legend label of the times (say what they are: the GPU, mean or median)")
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    options = make_parser().parse_args(argv)
+    if not options.output.parent.is_dir():
+        print(f"plot_benchmarks.py: no folder {options.output.parent} to write {options.output.name} into",
+              file=sys.stderr)
+        return 2
     if not matplotlib_available():
         print("plot_benchmarks.py needs matplotlib, which is not installed (pip install matplotlib)",
               file=sys.stderr)
