@@ -169,6 +169,7 @@ import enum
 import functools
 import heapq
 import operator
+import threading
 import dataclasses
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -653,6 +654,7 @@ class ShapePlan:
         self.sizes = sizes
         self.metadata = metadata
         self.launch = launch
+        self.launch_lock = threading.Lock()
 
     def run(self, data) -> None:
         tensors = _input_tensors(data)
@@ -661,8 +663,12 @@ class ShapePlan:
         pointers = [t.data_ptr() for t in tensors]
         if functools.reduce(operator.or_, pointers) % 16:
             validate_inputs(data)  # names the misaligned tensor
-        self.launch.args.set_inputs(pointers)
-        self.launch(torch.cuda.current_stream(self.metadata[0][3]).cuda_stream)
+        stream = torch.cuda.current_stream(self.metadata[0][3]).cuda_stream
+        # The launch arguments are one block per plan: two threads calling with one shape must not
+        # launch with each other's addresses (the call into the host function releases the GIL).
+        with self.launch_lock:
+            self.launch.args.set_inputs(pointers)
+            self.launch(stream)
 
 
 _plans: dict = {}
