@@ -168,26 +168,29 @@ def workers_of(config: Sm100Config, model=B200_MODEL) -> int:
     return model.sm_count // config.cta_group
 
 
-def config_bins(config: Sm100Config, sizes, model=B200_MODEL):
-    """(bins of TileCosts, weight block bytes) of the records `config`'s kernel walks for `sizes`."""
-    records, offsets = sm100_schedule(sizes, workers_of(config, model), config)
-    stages = config.stages
-    bins, block_bytes = [], {}
-    for begin, end in offsets:
-        bins.append([])
-        for g, n0, t0, v, m_end, n, k, _ in records[begin:end]:
-            width, k_tiles = config.token_variants[v], k // K_TILE
-            epilogue = CTA_WEIGHT_ROWS * (m_end - t0) * 2 / model.store_bytes_per_us
-            bins[-1].append(TileCost(g, (g, n0), t0, m_end - t0, k_tiles * model.k_tile_us(width, stages),
-                                     k_tiles * _mma_us(model, width), epilogue))
-            block_bytes[(g, n0)] = min(config.weight_rows, n - n0) * (k // 2 + k // SF_VEC_SIZE)
+@functools.cache
+def _config_layout(config: Sm100Config, sizes, workers: int):
+    """What of `config`'s call does not depend on the fitted constants (cached: fits call it
+    often): per worker, its records as (group, weight block, t0, tokens, variant width, k-tiles) in
+    the order the kernel walks them; and the DRAM bytes per weight block."""
+    records, offsets = sm100_schedule(sizes, workers, config)
+    block_bytes = {(g, n0): min(config.weight_rows, n - n0) * (k // 2 + k // SF_VEC_SIZE)
+                   for g, n0, _, _, _, n, k, _ in records}
+    bins = [[(g, (g, n0), t0, m_end - t0, config.token_variants[v], k // K_TILE)
+             for g, n0, t0, v, m_end, n, k, _ in records[begin:end]] for begin, end in offsets]
     return bins, block_bytes
 
 
 def predict_config(config: Sm100Config, sizes, model=B200_MODEL) -> Estimate:
-    """Predicted time of one call of `config`'s kernel on `sizes` [(M, N, K), ...], with its parts."""
-    bins, block_bytes = config_bins(config, sizes, model)
-    return estimate(bins, block_bytes, _other_bytes(sizes), config.stages, workers_of(config, model), model)
+    """Predicted time of one call of `config`'s kernel on `sizes` [(M, N, K), ...], with its parts:
+    each record of submission.sm100_schedule costs its k-tiles at B200Model.k_tile_us of its variant
+    width and the configuration's stages, and its epilogue stores its tokens' rows."""
+    bins, block_bytes = _config_layout(config, tuple(map(tuple, sizes)), workers_of(config, model))
+    stages = config.stages
+    costs = [[TileCost(g, block, t0, tokens, k_tiles * model.k_tile_us(width, stages), k_tiles * _mma_us(model, width),
+                       CTA_WEIGHT_ROWS * tokens * 2 / model.store_bytes_per_us)
+              for g, block, t0, tokens, width, k_tiles in b] for b in bins]
+    return estimate(costs, block_bytes, _other_bytes(sizes), stages, workers_of(config, model), model)
 
 
 # ---- calibration designs: other people's kernels, the same constants and estimate -------------
@@ -269,7 +272,7 @@ def _design_layout(design: Design, sizes, sm_count: int):
 
 def predict_design(design: Design, sizes, model=B200_MODEL) -> Estimate:
     """Predicted time of one call of a calibration design on `sizes`."""
-    tiles, bins, block_bytes, stages, workers = _design_layout(design, tuple(sizes), model.sm_count)
+    tiles, bins, block_bytes, stages, workers = _design_layout(design, tuple(map(tuple, sizes)), model.sm_count)
     patch_us = model.descriptor_patch_us * design.descriptors_patched
     extra = model.tma_store_epilogue_us if design.epilogue == "tma_store" else 0.0
     every_tile = patch_us if design.descriptors == "every_tile" else 0.0
