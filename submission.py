@@ -309,8 +309,12 @@ def _split_jobs(blocks, num_workers: int):
     (benchmarks 3 and 4 have 24 and 32 weight blocks of 256 rows for 74 SM pairs: all are cut)."""
     jobs = sorted(blocks, key=lambda job: -job[0])
     split = []
-    while jobs and len(jobs) + len(split) < num_workers and len(jobs[0][2]) > 1:
-        _, _, tiles, costs = jobs.pop(0)
+    while len(jobs) + len(split) < num_workers:
+        # The costliest block that has tiles to split: a costlier one-tile block cannot help.
+        splittable = next((i for i, job in enumerate(jobs) if len(job[2]) > 1), None)
+        if splittable is None:
+            break
+        _, _, tiles, costs = jobs.pop(splittable)
         # Several workers read this block now: none of them may evict it.
         split.extend((cost, [tile[:7] + (0,)]) for cost, tile in zip(costs, tiles))
     return [(cost, tiles) for cost, _, tiles, _ in jobs] + split
