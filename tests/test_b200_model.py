@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
@@ -313,3 +314,76 @@ def test_design_note_states_the_modeled_time():
     start = lines.index(found[0])
     paragraph = " ".join(lines[start:start + 3]).split(".)")[0]
     assert numbers(paragraph)[:len(numbers(expected))] == numbers(expected), (paragraph, expected)
+
+
+# ---- the B200 profile and the H200 method check (their GPU parts run on the hardware only) ------
+
+# On a GPU these would time every benchmark for real.
+cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="times the benchmarks on a GPU")
+
+
+@cpu_only
+def test_b200_profile_records_failures_and_writes_the_refit_format(tmp_path):
+    """Without a B200 every benchmark fails (no CUDA); the file still has one row per configuration
+    and benchmark, with the reason, in the format --refit reads."""
+    import b200_profile
+
+    out = tmp_path / "b200.json"
+    assert b200_profile.main(["--out", str(out), "--configs", "shipped; safe,pdl=on"]) == 0
+    data = json.loads(out.read_text())
+    assert data["format"] == "b200_profile/1" and data["cutlass_dsl"] and data["torch"]
+    assert [(r["config"], r["benchmark"]) for r in data["runs"]] == [
+        (c, b) for c in ("shipped", "safe,pdl=on") for b in range(1, 5)]
+    assert all(r["mean_us"] is None and "CUDA" in r["error"] for r in data["runs"])
+    assert model.load_profile_runs(out) == []
+
+
+def test_b200_profile_child_hang_is_recorded(tmp_path):
+    import b200_profile
+
+    rows = b200_profile.run_in_child("shipped", 0.01)
+    assert len(rows) == 4 and all(r["error"].startswith("HANG") for r in rows)
+
+
+def test_the_configurations_profiled_by_default_parse_back():
+    labels = [label for label, config in model.single_flips()]
+    assert labels[0] == "shipped" and labels[-1] == "safe" and len(labels) == 12
+    assert [submission.Sm100Config.parse(label) for label in labels] == [c for _, c in model.single_flips()]
+
+
+@cpu_only
+def test_h200_method_check_flips_the_hopper_schedule(monkeypatch):
+    import h200_method_check
+    import sm90_kernel
+
+    monkeypatch.setattr(sm90_kernel, "SCHEDULE", sm90_kernel.SCHEDULE)
+    rows = h200_method_check.run_means("weight_blocks")
+    assert sm90_kernel.SCHEDULE.jobs == "weight_blocks"
+    assert [r["benchmark"] for r in rows] == [1, 2, 3, 4]
+
+
+def test_h200_method_check_compares_predicted_with_measured():
+    import h200_method_check
+
+    profile = _hopper_profile(lambda n: n + 128)
+    for b in profile["benchmarks"]:
+        b["busiest_span_cycles"] = 1000.0 * b["benchmark"]
+    means = {s: [{"benchmark": i, "mean_us": 10.0 * i} for i in range(1, 5)] for s in h200_method_check.SCHEDULES}
+    means["weight_blocks"][3]["mean_us"] = None
+    out = h200_method_check.compare(profile, means, 1000.0)
+    lines = out.splitlines()
+    assert "SM clock 1000 MHz" in lines[0]
+    shipped3 = next(line for line in lines if line.startswith("shipped") and line.split()[1] == "3")
+    predicted = model.hopper_estimate(profile, BENCHES[2].sizes, 1000.0).total_us
+    assert f"{predicted:.2f}" in shipped3 and "30.00" in shipped3 and "3.00" in shipped3
+    assert f"{100 * (predicted / 30 - 1):+.1f}" in shipped3
+    assert "FAIL" in next(line for line in lines if line.startswith("weight_blocks") and line.split()[1] == "4")
+    assert h200_method_check.busy_clock("1755, 100") == 1755.0
+    assert h200_method_check.busy_clock("345, 0") == 0.0
+    assert h200_method_check.busy_clock("[N/A], 3") == 0.0
+
+
+def test_sm90_profile_takes_json():
+    help_text = subprocess.run([sys.executable, str(ROOT / "tools" / "sm90_profile.py"), "--help"],
+                               capture_output=True, text=True, check=True).stdout
+    assert "--json FILE" in help_text
