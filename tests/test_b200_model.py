@@ -387,3 +387,10 @@ def test_sm90_profile_takes_json():
     help_text = subprocess.run([sys.executable, str(ROOT / "tools" / "sm90_profile.py"), "--help"],
                                capture_output=True, text=True, check=True).stdout
     assert "--json FILE" in help_text
+
+
+def test_bad_input_is_one_line():
+    for args in (["--config", "fast"], ["--refit", "/nonexistent.json"]):
+        done = subprocess.run([sys.executable, str(ROOT / "tools" / "b200_model.py"), *args],
+                              capture_output=True, text=True)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr

@@ -640,7 +640,9 @@ def hopper_estimate(profile: dict, sizes, clock_mhz: float, jobs=None, start_us=
 
 def hopper_report(path: Path, jobs=None, clock_mhz=None, start_us=HOPPER_START_US, markdown=False) -> str:
     profile = json.loads(Path(path).read_text())
-    clock = clock_mhz or profile["sm_clock_mhz"]
+    clock = clock_mhz or profile.get("sm_clock_mhz")
+    if not clock:
+        raise ValueError(f"{path} gives no SM clock: pass --clock-mhz (tools/h200_method_check.py measures it)")
     benches = load_benchmarks()
     rows, totals = [], []
     for i, b in enumerate(benches, start=1):
@@ -678,30 +680,36 @@ def main(argv=None) -> int:
                       help="predict the Hopper kernel's means from `tools/sm90_profile.py tiles --json PROFILE`")
     parser.add_argument("--jobs", choices=submission.JOB_POLICIES, help="with --hopper: the schedule's job policy "
                         "(default: sm90_kernel.SCHEDULE's)")
-    parser.add_argument("--clock-mhz", type=float, help="with --hopper: the SM clock (default: the profile's)")
+    parser.add_argument("--clock-mhz", type=float,
+                        help="with --hopper: the SM clock while the benchmarks run (default: the profile's sm_clock_mhz)")
     parser.add_argument("--start-us", type=float, default=HOPPER_START_US,
                         help=f"with --hopper: fixed time per call (default {HOPPER_START_US})")
     args = parser.parse_args(argv)
     benches = load_benchmarks()
-    if args.hopper:
-        print(hopper_report(args.hopper, args.jobs, args.clock_mhz, args.start_us, args.markdown))
-    elif args.refit:
-        print(refit_report(args.refit, args.markdown))
-    elif args.calibration:
-        print(calibration_table(benches, args.markdown))
-    elif args.loo:
-        print(loo_table(leave_one_design_out(benches), args.markdown))
-    elif args.shipped or args.config or args.configs or args.design_note:
-        rms = held_out_rms(leave_one_design_out(benches))
-        if args.configs:
-            print(configs_table(benches, rms, args.markdown))
-        elif args.design_note:
-            print(design_note_line(benches, rms))
-        else:
-            print(config_table(Sm100Config.parse(args.config or "shipped"), benches, rms, args.markdown))
-    else:
-        print(report(args.markdown))
+    try:
+        print(_output(args, benches))
+    except (OSError, ValueError, KeyError) as error:  # a bad file or configuration text: one line
+        parser.error(f"{type(error).__name__}: {error}")
     return 0
+
+
+def _output(args, benches) -> str:
+    if args.hopper:
+        return hopper_report(args.hopper, args.jobs, args.clock_mhz, args.start_us, args.markdown)
+    if args.refit:
+        return refit_report(args.refit, args.markdown)
+    if args.calibration:
+        return calibration_table(benches, args.markdown)
+    if args.loo:
+        return loo_table(leave_one_design_out(benches), args.markdown)
+    if not (args.shipped or args.config or args.configs or args.design_note):
+        return report(args.markdown)
+    rms = held_out_rms(leave_one_design_out(benches))
+    if args.configs:
+        return configs_table(benches, rms, args.markdown)
+    if args.design_note:
+        return design_note_line(benches, rms)
+    return config_table(Sm100Config.parse(args.config or "shipped"), benches, rms, args.markdown)
 
 
 if __name__ == "__main__":
