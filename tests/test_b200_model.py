@@ -312,7 +312,7 @@ def test_design_note_states_the_modeled_time():
     numbers = lambda text: re.findall(r"\d+\.\d+|\d+%", text)  # noqa: E731
     # The note may wrap the line; compare its figures with the tool's.
     start = lines.index(found[0])
-    paragraph = " ".join(lines[start:start + 3]).split(".)")[0]
+    paragraph = " ".join(lines[start:start + 3])
     assert numbers(paragraph)[:len(numbers(expected))] == numbers(expected), (paragraph, expected)
 
 
