@@ -5,6 +5,7 @@ CPU only: the schedule is built on the host, and these walks mirror the kernels'
 pair walk and epilogue of submission.py, the Hopper per-variant CTA walk of sm90_kernel.py).
 """
 
+import dataclasses
 import os
 import sys
 
@@ -18,7 +19,6 @@ sys.path.insert(0, ROOT)
 import submission  # noqa: E402
 import sm90_kernel  # noqa: E402
 
-B200_PAIRS = 74
 H200_SMS = 132
 
 
@@ -45,18 +45,19 @@ SHAPES = {
 }
 
 
-def walk_b200(sizes, records, offsets):
-    """How many times each C element is stored by the sm_100a kernel: pair p runs its records in
-    order; CTA r of the pair holds weight rows n0 + 128 r .. + 127 (none if past N); the epilogue
-    stores token rows t0 .. m_end - 1 in chunks of 32, each row predicated below m_end."""
+def walk_b200(sizes, records, offsets, config):
+    """How many times each C element is stored by the sm_100a kernel built with `config`: worker w
+    (an SM pair, or an SM with cta_group 1) runs its records in order; CTA r of the worker holds
+    weight rows n0 + 128 r .. + 127 (none if past N); the epilogue stores token rows t0 .. m_end - 1
+    in chunks of 32, each row predicated below m_end."""
     writes = [np.zeros((m, n), dtype=np.int32) for m, n, _ in sizes]
     for begin, end in offsets:
         for g, n0, t0, v, m_end, n, k, _ in records[begin:end]:
             assert (n, k) == sizes[g][1:] and k % submission.K_TILE == 0
-            assert n0 % submission.PAIR_WEIGHT_ROWS == 0 and t0 % submission.TOKEN_CHUNK == 0
-            width = submission.TOKEN_VARIANTS[v]
+            assert n0 % config.weight_rows == 0 and t0 % submission.TOKEN_CHUNK == 0
+            width = config.token_variants[v]
             assert 0 < m_end - t0 <= width and t0 % width == 0  # TMA tile index t0 // width
-            for rank in range(2):
+            for rank in range(config.cta_group):
                 first = n0 + submission.CTA_WEIGHT_ROWS * rank
                 if first >= n:
                     continue
@@ -67,6 +68,17 @@ def walk_b200(sizes, records, offsets):
                         if row < m_end:
                             writes[g][row, first:first + submission.CTA_WEIGHT_ROWS] += 1
     return writes
+
+
+# Every kernel shape the schedule serves: both CTA groups, both token variant sets, every job policy.
+CONFIGS = [
+    submission.Sm100Config(cta_group=c, token_variants=t, jobs=j)
+    for c in (2, 1) for t in ((64, 128), (128,)) for j in submission.JOB_POLICIES
+]
+
+
+def _workers(config):
+    return submission.B200_MODEL.sm_count // config.cta_group
 
 
 def walk_h200(sizes, records, offsets):
@@ -85,14 +97,15 @@ def walk_h200(sizes, records, offsets):
     return writes
 
 
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.describe())
 @pytest.mark.parametrize("name", sorted(SHAPES))
-def test_b200_schedule_writes_every_output_once(name):
+def test_b200_schedule_writes_every_output_once(name, config):
     sizes = SHAPES[name]
-    records, offsets = submission.build_tile_schedule(sizes, B200_PAIRS, submission.SM100_SCHEDULE)
-    assert len(offsets) <= B200_PAIRS
+    records, offsets = submission.sm100_schedule(sizes, _workers(config), config)
+    assert len(offsets) <= _workers(config)
     assert offsets[0][0] == 0 and offsets[-1][1] == len(records)
-    assert all(a[1] == b[0] for a, b in zip(offsets, offsets[1:]))  # pairs' ranges are contiguous
-    for writes in walk_b200(sizes, records, offsets):
+    assert all(a[1] == b[0] for a, b in zip(offsets, offsets[1:]))  # workers' ranges are contiguous
+    for writes in walk_b200(sizes, records, offsets, config):
         assert (writes == 1).all()
 
 
@@ -107,38 +120,75 @@ def test_h200_schedule_writes_every_output_once(name):
         assert (writes == 1).all()
 
 
-def test_b200_pairs_run_a_weight_block_back_to_back():
-    """Locality: the token tiles of one (group, weight block) are consecutive records of one pair,
-    so its weights stream from DRAM once and the second token tile finds them in L2."""
-    sizes = SHAPES["benchmarks0"]
-    records, offsets = submission.build_tile_schedule(sizes, B200_PAIRS, submission.SM100_SCHEDULE)
-    owner = {}
-    for pair, (begin, end) in enumerate(offsets):
-        previous = None
-        for g, n0, t0, *_ in records[begin:end]:
-            block = (g, n0)
-            assert owner.setdefault(block, pair) == pair
-            if t0:
-                assert previous == block  # a later token tile follows its block's previous one
-            previous = block
-    assert len(owner) == sum(n // submission.PAIR_WEIGHT_ROWS for _, n, _ in sizes)
+def _blocks(records, offsets):
+    """(group, n0) -> [(worker, position in the worker's run, sole_reader_ends, t0)] in run order."""
+    blocks = {}
+    for worker, (begin, end) in enumerate(offsets):
+        for position, (g, n0, t0, *_, sole) in enumerate(records[begin:end]):
+            blocks.setdefault((g, n0), []).append((worker, position, sole, t0))
+    return blocks
 
 
-@pytest.mark.parametrize("name", ["benchmarks0", "G=5", "M=300"])
-def test_b200_last_reader_of_a_weight_block_is_marked(name):
-    """last_in_job (record column 7) is 1 exactly on a weight block's last token tile: the TMA
-    warp loads that tile's weights evict-first and the earlier ones evict-normal."""
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.describe())
+@pytest.mark.parametrize("name", ["benchmarks0", "benchmarks2", "benchmarks3", "G=5", "M=300", "G=32"])
+def test_b200_sole_reader_ends(name, config):
+    """sole_reader_ends (record column 7) is 1 exactly on the last tile of a weight block whose
+    tiles are all one job on one worker (the TMA warp loads that tile's weights evict-first), else 0.
+    weight_blocks: every block is one job; tiles: only one-tile blocks are; hybrid: blocks are
+    split into single tiles, costliest first, only until every worker can get a job."""
     sizes = SHAPES[name]
-    records, offsets = submission.build_tile_schedule(sizes, B200_PAIRS, submission.SM100_SCHEDULE)
-    for begin, end in offsets:
-        pair = records[begin:end]
-        for i, (g, n0, *_, last) in enumerate(pair):
-            later_same_block = any(r[0] == g and r[1] == n0 for r in pair[i + 1:])
-            assert last == (0 if later_same_block else 1)
+    workers = _workers(config)
+    records, offsets = submission.sm100_schedule(sizes, workers, config)
+    blocks = _blocks(records, offsets)
+    whole = set()  # blocks run as one job
+    for block, tiles in blocks.items():
+        one_run = len({w for w, *_ in tiles}) == 1 and [p for _, p, *_ in tiles] == list(
+            range(tiles[0][1], tiles[0][1] + len(tiles)))
+        marks = [sole for _, _, sole, _ in tiles]
+        assert marks in ([0] * len(tiles), [0] * (len(tiles) - 1) + [1]), (block, marks)
+        if marks[-1]:
+            assert one_run and [t0 for *_, t0 in tiles] == sorted(t0 for *_, t0 in tiles), block
+            whole.add(block)
+    multi = {b for b, tiles in blocks.items() if len(tiles) > 1}
+    if config.jobs == "weight_blocks":
+        assert whole == set(blocks)
+    elif config.jobs == "tiles":
+        assert whole == set(blocks) - multi
+    else:
+        jobs = len(whole) + sum(len(tiles) for b, tiles in blocks.items() if b not in whole)
+        if len(blocks) >= workers:
+            assert whole == set(blocks)  # enough jobs already: nothing is split
+        else:
+            assert jobs >= min(workers, len(records)) and whole >= set(blocks) - multi
+            # Splitting stops once there are enough jobs: one more whole block would have been too few.
+            assert jobs - max((len(blocks[b]) - 1 for b in whole), default=0) < workers or not (whole & multi)
+
+
+def test_b200_hybrid_fills_the_pairs_on_benchmarks_3_and_4():
+    """Weight-block jobs leave 24 and 32 of 74 pairs busy there; the hybrid splits blocks into tiles."""
+    for name, busy in (("benchmarks2", 60), ("benchmarks3", 64)):
+        records, offsets = submission.sm100_schedule(SHAPES[name], 74, submission.SM100_SHIPPED)
+        assert sum(1 for begin, end in offsets if end > begin) == busy
+        flipped = dataclasses.replace(submission.SM100_SHIPPED, jobs="weight_blocks")
+        records, offsets = submission.sm100_schedule(SHAPES[name], 74, flipped)
+        assert len(offsets) == {"benchmarks2": 24, "benchmarks3": 32}[name]
+
+
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_h200_weight_block_jobs_write_every_output_once(name):
+    """The flip tools/h200_method_check.py times on the H200: weight-block jobs on the Hopper kernel."""
+    sizes = SHAPES[name]
+    shape = dataclasses.replace(sm90_kernel.SCHEDULE, jobs="weight_blocks")
+    records, offsets = submission.build_tile_schedule(sizes, H200_SMS, shape)
+    for writes in walk_h200(sizes, records, offsets):
+        assert (writes == 1).all()
 
 
 def test_b200_token_variant_is_the_smallest_that_fits():
-    """A 40-token group computes 64 token columns, not 128; 176 tokens are 128 + 64."""
-    records, _ = submission.build_tile_schedule([(40, 256, 256), (176, 256, 256)], B200_PAIRS, submission.SM100_SCHEDULE)
-    widths = {(g, t0): submission.TOKEN_VARIANTS[v] for g, _, t0, v, *_ in records}
-    assert widths == {(0, 0): 64, (1, 0): 128, (1, 128): 64}
+    """A 40-token group computes 64 token columns, not 128; 176 tokens are 128 + 64; with token
+    variants (128,) every tile computes 128."""
+    sizes = [(40, 256, 256), (176, 256, 256)]
+    for config, expected in ((submission.SM100_SHIPPED, {(0, 0): 64, (1, 0): 128, (1, 128): 64}),
+                             (submission.SM100_SAFE, {(0, 0): 128, (1, 0): 128, (1, 128): 128})):
+        records, _ = submission.sm100_schedule(sizes, _workers(config), config)
+        assert {(g, t0): config.token_variants[v] for g, _, t0, v, *_ in records} == expected

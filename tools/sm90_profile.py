@@ -1,13 +1,17 @@
 """Where the Hopper kernel's time goes, on an H200 (the figures behind the scheduler's cost model).
 
     python tools/sm90_profile.py tiles       # SM clock cycles per tile, by wgmma N and K
+    python tools/sm90_profile.py tiles --json FILE   # the same, also written to FILE for tools/b200_model.py --hopper
     python tools/sm90_profile.py timeline    # token pre-pass and GEMM kernel times, overlaps, gaps
 
 `tiles` runs an instrumented copy of sm90_kernel.py (written to a temporary directory, never to
 the repository): the first consumer thread stamps %clock into columns 3 and 7 of each tile
 record (the device never reads them) before and after the tile.  Each task.yml benchmark runs
 twice (the second call is read); per (N, K) it prints the median cycles per tile and per k-tile,
-and the busiest CTA's span against the mean (how well the schedule balanced).
+and the busiest CTA's span against the mean (how well the schedule balanced). `--json FILE` writes
+the same figures: {"format": "sm90_profile_tiles/1", "device": ..., "benchmarks": [{"benchmark": 1,
+"busiest_span_cycles": ..., "mean_span_cycles": ..., "tiles": [{"n": wgmma N, "k": K, "count": tiles,
+"median_cycles": cycles per tile}, ...]}, ...]}.
 
 `timeline` records 3 rounds of eval.py's protocol (15 inputs, L2 flushed) with torch.profiler and
 prints medians of the two kernels' durations and of the gaps between them.
@@ -16,6 +20,7 @@ prints medians of the two kernels' durations and of the gaps between them.
 import argparse
 import collections
 import importlib.util
+import json
 import statistics
 import sys
 import tempfile
@@ -65,11 +70,12 @@ def _benchmarks():
     return [case for case in check.ladder() if case.stage == "benchmarks"]
 
 
-def tiles_report():
+def tiles_report(json_path=None):
     kernel = load_instrumented()  # submission imports sm90_kernel by name: it gets this copy
     import check
     import submission
 
+    found = []
     for number, case in enumerate(_benchmarks(), 1):
         data, _ = check.make_input(case, "cuda")
         for _ in range(2):
@@ -88,10 +94,18 @@ def tiles_report():
         mean = statistics.mean(spans)
         print(f"bench{number}: {len(spans)} CTAs, busiest span {max(spans)} cycles, "
               f"mean {mean:.0f}, busiest / mean {max(spans) / mean:.3f}")
+        shapes = []
         for (n_tok, k), cycles in sorted(by_shape.items()):
             med = statistics.median(cycles)
             print(f"  N {n_tok:3d}  K {k:5d}  tiles {len(cycles):4d}  cycles/tile {med:8.0f}  "
                   f"cycles/k-tile {med / (k // kernel.TILE_K):7.1f}")
+            shapes.append({"n": n_tok, "k": k, "count": len(cycles), "median_cycles": med})
+        found.append({"benchmark": number, "busiest_span_cycles": max(spans), "mean_span_cycles": mean,
+                      "tiles": shapes})
+    if json_path is not None:
+        Path(json_path).write_text(json.dumps(
+            {"format": "sm90_profile_tiles/1", "device": torch.cuda.get_device_name(), "benchmarks": found}, indent=1))
+        print(f"written: {json_path}")
 
 
 def timeline_report():
@@ -136,10 +150,11 @@ def timeline_report():
 def main():
     parser = argparse.ArgumentParser(prog="sm90_profile.py", description=__doc__.split("\n")[0])
     parser.add_argument("what", choices=("tiles", "timeline"))
+    parser.add_argument("--json", metavar="FILE", help="tiles: also write the figures to FILE (format above)")
     args = parser.parse_args()
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         sys.exit("sm90_profile.py needs a CUDA GPU of compute capability 9.0 (H100/H200)")
-    tiles_report() if args.what == "tiles" else timeline_report()
+    tiles_report(args.json) if args.what == "tiles" else timeline_report()
 
 
 if __name__ == "__main__":
