@@ -346,14 +346,20 @@ def test_the_model_ranks_the_candidates_when_it_can():
     assert "fastest configuration that passes the whole ladder (by a test model): shipped,cta_group=1,multicast=off" in lines
 
 
-def test_without_predict_geomean_the_ranking_counts_switches():
+def test_the_ranking_is_the_models_predicted_geomean_then_the_switches_changed():
     key, ranked_by = check.configuration_ranking(SHIPPED)
-    model = (ROOT / "tools" / "b200_model.py").read_text()
-    if "def predict_geomean(" in model:
-        assert ranked_by == "the B200 model's predicted geomean" and key(SHIPPED) > 0
-    else:
-        assert ranked_by == "fewest switches changed from shipped"
-        assert (key(SHIPPED), key(SAFE)) == (0, len(SAFE.changes_from(SHIPPED)))
+    assert ranked_by == "the B200 model's predicted geomean"
+    assert key(SHIPPED)[0] < key(SAFE)[0]  # the model's +6% for the 1-CTA fallback
+    # pdl has no term in the model: the same prediction, one switch more.
+    pdl_off = SHIPPED.parse("shipped,pdl=off")
+    assert key(pdl_off)[0] == key(SHIPPED)[0] and key(SHIPPED) < key(pdl_off)
+
+
+def test_without_the_model_the_ranking_counts_switches(monkeypatch):
+    monkeypatch.setattr(check, "ROOT", ROOT / "no such folder")
+    key, ranked_by = check.configuration_ranking(SHIPPED)
+    assert ranked_by == "fewest switches changed from shipped"
+    assert (key(SHIPPED), key(SAFE)) == (0, len(SAFE.changes_from(SHIPPED)))
 
 
 def test_on_hopper_only_pdl_is_bisected():

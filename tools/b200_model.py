@@ -359,6 +359,12 @@ def geomean(values) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
+def predict_geomean(config: Sm100Config) -> float:
+    """The predicted geomean of task.yml's benchmarks under `config`: how tools/check.py ranks the
+    configurations a failing first run can fall back to."""
+    return geomean(predict_config(config, bench.sizes).total_us for bench in load_benchmarks())
+
+
 # ---- fitting: least squares of the relative error ---------------------------------------------
 
 def fit(rows, start=B200_MODEL, names=FITTED, rounds=60):

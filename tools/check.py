@@ -426,14 +426,16 @@ class Bisection:
 
 def configuration_ranking(shipped):
     """(sort key of a configuration, what it ranks by), fastest first: tools/b200_model.py's
-    predicted geomean of the benchmarks. A model without predict_geomean (one that evaluates only
+    predicted geomean of the benchmarks, then the fewest switches changed. A model without predict_geomean (one that evaluates only
     the shipped design), or one that cannot be loaded, must not stop a bring-up, so the key falls
     back to the number of switches changed from the shipped configuration."""
     try:
         spec = importlib.util.spec_from_file_location("b200_model", ROOT / "tools" / "b200_model.py")
         model = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(model)
-        return model.predict_geomean, "the B200 model's predicted geomean"
+        # Configurations the model cannot tell apart keep the one with fewer switches changed.
+        return (lambda config: (model.predict_geomean(config), len(config.changes_from(shipped))),
+                "the B200 model's predicted geomean")
     except Exception:
         return (lambda config: len(config.changes_from(shipped))), "fewest switches changed from shipped"
 
