@@ -179,3 +179,25 @@ def test_profile_tool_instruments_the_current_kernel():
     assert patched.index("tiles[t, 3]") < patched.index(sm90_profile.TILE_CALL) < patched.index("tiles[t, 7]")
     with pytest.raises(ValueError, match="anchors"):
         sm90_profile.instrumented_source(source.replace(sm90_profile.TILE_CALL, ""))
+
+
+INSTRUMENTED_COMPILE_SCRIPT = r"""
+import glob, sys
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/tools"]
+import submission, sm90_profile
+instrumented = sm90_profile.load_instrumented()
+try:
+    instrumented.compile_sm90(2)
+except Exception:  # without a driver only loading the cubin fails, after it is written
+    if not glob.glob(sys.argv[2] + "/*.cubin"):
+        raise
+"""
+
+
+def test_instrumented_kernel_compiles_on_cpu(tmp_path):
+    """The stamped copy must trace and compile, not only patch: a name its clock helper uses that
+    the kernel's module lacks fails here, not on the H200."""
+    env = dict(os.environ, CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP_CUBIN="1", CUTE_DSL_DUMP_DIR=str(tmp_path))
+    subprocess.run([sys.executable, "-c", INSTRUMENTED_COMPILE_SCRIPT, str(ROOT), str(tmp_path)],
+                   env=env, check=True, capture_output=True, timeout=300)
+    assert len(glob.glob(str(tmp_path / "*.cubin"))) == 1

@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 CLOCK_HELPER = '''
 @dsl_user_op
 def clock32(*, loc=None, ip=None):
-    return cutlass.Int32(_asm(T.i32(), [], "mov.u32 $0, %clock;", "=r", True))
+    return cutlass.Int32(asm(T.i32(), [], "mov.u32 $0, %clock;", "=r", True))
 
 
 '''
