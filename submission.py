@@ -99,8 +99,13 @@ It resolves structural effects (busy workers, stage counts, weight re-reads: 1.3
 10-20% differences. Decisions that rest on less than its error: the token widths (64/128 against
 128 alone: no modeled difference on the benchmarks), cta_group 2 against 1 (+6% for 1 CTA), the
 start-up levers (PDL, prefetch: the model has one fitted start-up constant and cannot split it),
-the L2 hints and multicast (it has no L2 term). The hybrid schedule rests on more: it keeps 60 and
-64 of 74 pairs busy on benchmarks 3 and 4 instead of 24 and 32 (16.1 / 9.2 -> 8.7 / 6.8 us).
+the L2 hints and multicast (it has no L2 term), and the hybrid schedule against single tiles
+everywhere (jobs="tiles": the same modeled time, since the model assumes tiles of one block that
+run at once read it from DRAM once; weight-block jobs read it once by construction, which is why
+the hybrid keeps them where they fill the pairs). Against weight-block jobs everywhere the hybrid
+rests on more: it keeps 60 and 64 of 74 pairs busy on benchmarks 3 and 4 instead of 24 and 32
+(16.1 / 9.2 -> 8.7 / 6.8 us), and the same flip on the Hopper kernel, measured on the H200, made
+those benchmarks 2.1x slower (BENCHMARKS.md).
 Unrolling the first pipeline stages is not a switch: a fresh empty barrier lets the producer
 through at once, so the first stages already issue back to back.
 
@@ -158,8 +163,11 @@ Never executed (no B200 in reach): every configuration of this kernel: tcgen05.m
 fence, TMEM allocation, the 2-CTA pairing and cluster launch, the token-scale multicast, the
 pipelines, programmatic dependent launch across calls and the prefetch before it. Executed on the
 H200 through the Hopper path: the host path and LaunchArgs, descriptor construction as kernel
-parameters and their selection by group, the schedule and its table walk, the epilogue's row
-pairing and clipped stores, and PDL between two kernels (Sm100Config.pdl switches it there too).
+parameters and their selection by group, build_tile_schedule with jobs="tiles" walked per token
+variant, the epilogue's row pairing and clipped stores, and PDL between two kernels
+(Sm100Config.pdl switches it there too). The B200's in-order walk of its records and the hybrid
+and weight-block job policies have run only in CPU tests (tests/test_schedule.py walks them as the
+kernel does), and the weight-block policy on the H200 in the method check.
 """
 from __future__ import annotations
 
@@ -615,8 +623,10 @@ class CompiledLaunch:
     """A compiled launch bound to its LaunchArgs: a call writes the stream into the arguments and
     runs the compiled host function. The packed argument array (addresses of the LaunchArgs fields)
     is built once, so a call costs one ctypes call into the generated host code, which encodes the
-    per-group TMA descriptors and launches. Uses CuTe DSL 4.3.5's JitExecutor (to(), the packed
-    argument helper, capi_func and cuda_result), which requirements.txt pins."""
+    per-group TMA descriptors and launches. Uses the JitExecutor internals (to(), the packed
+    argument helper, capi_func and cuda_result) of nvidia-cutlass-dsl 4.3.5 and 4.5.2, the versions
+    requirements.txt accepts; 4.5.2's packed arguments live in a buffer its executor reuses on its
+    next call, so the executor is called only here, once."""
 
     def __init__(self, compiled, args: LaunchArgs, buffers=()):
         self.args = args
@@ -626,8 +636,8 @@ class CompiledLaunch:
         self._run = self._executor.jit_module.capi_func
         self._result = self._executor.cuda_result
 
-    def __call__(self, stream_handle: int) -> None:
-        self.args.stream.value = stream_handle
+    def __call__(self, stream: torch.cuda.Stream) -> None:
+        self.args.stream.value = stream.cuda_stream
         self._run(self._packed)
         if self._result is not None and self._result.value != 0:
             raise RuntimeError(f"kernel launch failed: CUDA error {self._result.value}")
@@ -671,7 +681,7 @@ class ShapePlan:
         pointers = [t.data_ptr() for t in tensors]
         if functools.reduce(operator.or_, pointers) % 16:
             validate_inputs(data)  # names the misaligned tensor
-        stream = torch.cuda.current_stream(self.metadata[0][3]).cuda_stream
+        stream = torch.cuda.current_stream(self.metadata[0][3])
         # The launch arguments are one block per plan: two threads calling with one shape must not
         # launch with each other's addresses (the call into the host function releases the GIL).
         with self.launch_lock:
@@ -805,10 +815,11 @@ _ON = {"on": True, "true": True, "1": True, "off": False, "false": False, "0": F
 
 @dataclass(frozen=True)
 class Sm100Config:
-    """What the sm_100a kernel is built with. Every field but `jobs` switches one departure from
-    NVIDIA's tested dense_blockscaled_gemm_persistent.py (cutlass v4.3.5) on or off, so that a
-    first run that fails can be bisected down to the example's form (SM100_SAFE); the design
-    note's table gives each field's risk. The defaults are SM100_SHIPPED."""
+    """What the sm_100a kernel is built with. The fields switch the departures from NVIDIA's tested
+    dense_blockscaled_gemm_persistent.py (cutlass v4.3.5) on or off, so that a first run that fails
+    can be bisected down to the example's form (SM100_SAFE); the design note's table gives each
+    field's risk (prefetch is on in both named configurations, as in the example; jobs is the host
+    schedule's, the same in both). The defaults are SM100_SHIPPED."""
 
     # 2: tcgen05.mma.cta_group::2, 256 weight rows per SM pair (half each), clusters of 2, the
     # pair's TMA completing on the leader's barrier; 1: 128 rows per SM, no pairing.
@@ -1601,17 +1612,15 @@ def _sm100_args_layout(num_groups: int) -> LaunchArgs:
 _sm100_kernels: dict = {}
 
 
-def compile_sm100(num_groups: int, config: Sm100Config | None = None, gemm: Sm100GroupedGemm | None = None):
+def compile_sm100(num_groups: int, config: Sm100Config | None = None):
     """The compiled sm_100a launch for `num_groups` groups and `config` (default: the file's
     SM100_CONFIG), cached by both (per-group descriptors are kernel parameters, so the group count
     is part of the kernel; shapes and the schedule are not). Works without a GPU when
-    CUTE_DSL_ARCH=sm_100a is set, up to the cubin (only loading it fails). `gemm`: the instance
-    to trace, for a caller that reads its traced attributes (shared memory)."""
+    CUTE_DSL_ARCH=sm_100a is set, up to the cubin (only loading it fails)."""
     config = sm100_config() if config is None else config
     key = (num_groups, config)
     if key not in _sm100_kernels:
-        gemm = Sm100GroupedGemm(num_groups, config) if gemm is None else gemm
-        _sm100_kernels[key] = cute.compile(gemm, _sm100_args_layout(num_groups))
+        _sm100_kernels[key] = cute.compile(Sm100GroupedGemm(num_groups, config), _sm100_args_layout(num_groups))
     return _sm100_kernels[key]
 
 
@@ -1654,7 +1663,7 @@ def make_sm100_launch(sizes, device, config: Sm100Config) -> CompiledLaunch:
 def custom_kernel(data):
     """Write each group's C = A @ B^T (block-scaled, vector 16) into its `c`; return the list of c."""
     try:
-        key = (_signature(data[3]), data[0][0][0].device)
+        key = (_signature(data[3]), data[0][0][0].device, SM100_CONFIG)
     except (TypeError, IndexError, AttributeError):
         validate_inputs(data)  # says what is wrong with `data`
         raise

@@ -394,3 +394,21 @@ def test_bad_input_is_one_line():
         done = subprocess.run([sys.executable, str(ROOT / "tools" / "b200_model.py"), *args],
                               capture_output=True, text=True)
         assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+
+
+def test_design_note_figures_are_the_models():
+    """Every other modeled figure the design note states, recomputed: the hybrid against weight-block
+    jobs on benchmarks 3 and 4, its busy pairs, the 1-CTA fallback's cost, the held-out error."""
+    note = " ".join(submission.__doc__.split())
+    blocks = replace(SHIPPED, jobs="weight_blocks")
+    shipped = [model.predict_config(SHIPPED, BENCHES[i].sizes) for i in (2, 3)]
+    flipped = [model.predict_config(blocks, BENCHES[i].sizes) for i in (2, 3)]
+    assert (f"{flipped[0].total_us:.1f} / {flipped[1].total_us:.1f} -> "
+            f"{shipped[0].total_us:.1f} / {shipped[1].total_us:.1f} us") in note
+    assert (f"keeps {shipped[0].busy_workers} and {shipped[1].busy_workers} of {shipped[0].workers} pairs busy on "
+            f"benchmarks 3 and 4 instead of {flipped[0].busy_workers} and {flipped[1].busy_workers}") in note
+    safe_cost = model.predict_geomean(submission.SM100_SAFE) / model.predict_geomean(SHIPPED) - 1
+    assert f"cta_group 2 against 1 (+{100 * safe_cost:.0f}% for 1 CTA)" in note
+    loo = model.leave_one_design_out(BENCHES)
+    worst = max(abs(e) for fold in loo for e in fold.errors)
+    assert f"{100 * model.held_out_rms(loo):.0f}% RMS (worst {100 * worst:.0f}%)" in note

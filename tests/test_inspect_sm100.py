@@ -388,3 +388,22 @@ def test_a_submission_that_fails_to_import_leaves_no_temp_folder(tmp_path):
     done, left = run_tool(submission, tmp_path)
     assert done.returncode == 1 and "No module named 'no_such_module_here'" in done.stderr
     assert left == []
+
+
+def test_a_bad_configuration_leaves_no_temp_folder(tmp_path):
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "inspect_sm100.py"), "--config", "shipped,no_such=1"],
+                          env=dict(os.environ, TMPDIR=str(temp)), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "no_such" in done.stderr, done.stderr
+    assert list(temp.glob("inspect_sm100_*")) == []  # (CuTe DSL keeps a cache folder there too)
+
+
+def test_keep_writes_one_folder_per_configuration(tmp_path):
+    """A configuration's text holds "/" (token_variants=64/128): its folder is still one folder."""
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "inspect_sm100.py"), "--groups", "1",
+                           "--config", "safe", "--config", "safe,token_variants=64/128", "--keep", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["safe", "safe,token_variants=64+128"]
+    assert all(len(list(folder.glob("g1_c*.ptx"))) == 1 for folder in tmp_path.iterdir())

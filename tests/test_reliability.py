@@ -6,6 +6,7 @@ H100/H200) every test skips.
 """
 import random
 import threading
+import time
 
 import pytest
 import torch
@@ -121,6 +122,33 @@ def test_two_threads_calling_at_once():
         thread.join(timeout=600)
     assert not any(thread.is_alive() for thread in threads), "a thread hung"
     assert not errors, errors[0]
+
+
+def test_calls_on_two_streams_share_one_plan_safely():
+    """Same shape on two streams at once. On Hopper the plan's fp16 token scratch is one buffer, so
+    the second stream's call must wait on the GPU for the first's kernels, still queued behind a
+    sleep: 10 ms after both calls the second has not finished (its own kernels take microseconds)."""
+    first, second = make_inputs(*SHAPE, seed=29), make_inputs(*SHAPE, seed=30)
+    wanted = [expected(first), expected(second)]
+    submission.custom_kernel(first)  # plan and compile outside the race
+    poison(first)
+    poison(second)
+    streams = torch.cuda.Stream(), torch.cuda.Stream()
+    for stream in streams:
+        stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(streams[0]):
+        torch.cuda._sleep(200_000_000)  # ~100 ms of GPU clock cycles
+        outputs = [submission.custom_kernel(first)]
+    with torch.cuda.stream(streams[1]):
+        outputs.append(submission.custom_kernel(second))
+        second_done = torch.cuda.Event()
+        second_done.record()
+    time.sleep(0.01)
+    if torch.cuda.get_device_capability() == (9, 0):
+        assert not second_done.query(), "the second stream's call did not wait for the first's"
+    torch.cuda.synchronize()
+    for got, want in zip(outputs, wanted):
+        assert_matches(got, want)
 
 
 def test_a_cuda_graph_recomputes_on_every_replay():

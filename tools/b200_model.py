@@ -19,7 +19,7 @@ docs to its output.
 What it models (one call = one persistent kernel launch)
   - Tiles. A tile is one worker's share of the output: 128 weight rows per CTA (256 per SM pair)
     by a token tile of the configuration's token variants (64 or 128 columns), over all of K.
-  - Mainloop, per 256-deep k-tile and CTA (B200Model.k_tile_us): max(MMA time, STAGE_ROUND_TRIP_US
+  - Mainloop, per 256-deep k-tile and CTA (B200Model.k_tile_us): max(MMA time, stage_round_trip_us
     / stages). MMA time is 128 x N x 256 FP4 multiply-adds at 16384 per clock per SM. The second
     term is Little's law for the TMA pipeline: a stage is refilled only after a full round trip
     (TMA issue, DRAM or L2 latency, MMA, commit back to the producer), so S stages in flight deliver
@@ -29,14 +29,14 @@ What it models (one call = one persistent kernel launch)
     for an epilogue staged through shared memory (TMA store; calibration designs only). Two TMEM
     accumulators overlap it with the next tile's mainloop (the slower of the two sets the pace); one
     accumulator adds it. The epilogue after the last mainloop is the tail.
-  - Descriptors patched in the kernel (calibration designs only): DESCRIPTOR_PATCH_US per descriptor
+  - Descriptors patched in the kernel (calibration designs only): descriptor_patch_us per descriptor
     rewritten and fenced before a tile whose group differs from the worker's previous tile.
   - DRAM: weights and their scales, tokens and theirs (rows padded to 128, as the blocked layout
-    is) and C, at DRAM_EFFICIENCY x 7.68 TB/s. Assumption on weight reuse (L2): a weight block
+    is) and C, at dram_efficiency x 7.68 TB/s. Assumption on weight reuse (L2): a weight block
     stays in L2 while any tile that uses it runs, so it is read from DRAM once if its tiles run
     concurrently or back to back; a tile that starts after every earlier tile of its block has
     finished reads the block again. Tokens are read from DRAM once per group.
-  - Total = START_US + max(busiest worker's mainloops + its tail, DRAM time + largest epilogue).
+  - Total = start_us + max(busiest worker's mainloops + its tail, DRAM time + largest epilogue).
 
 What it ignores: L2 bandwidth, hence any gain from multicast (no public B200 L2 bandwidth figure);
 DRAM page and channel effects; the two dies' distances; clocks dropping under load; MMA issue
@@ -47,7 +47,7 @@ Which Sm100Config switches it can judge
     enter the model (the per-configuration table gives each its own figure).
   - multicast, l2_hints, epilogue, descriptors, pdl and prefetch: the model has no term for them,
     so every one of them gets the shipped figure, and the table says so. Assumed ranges, not
-    measured and not fitted: pdl and prefetch hide part of START_US (4.6 us per call): PDL, launch
+    measured and not fitted: pdl and prefetch hide part of start_us (4.6 us per call): PDL, launch
     and prologue overlapped with the previous call's tail, 0 to 2 us per call (gau-nernst's
     start-up steps moved benchmarks 3 and 4 by 1.6-1.9 us; PDL across calls gained nothing
     measurable on the H200's Hopper path, BENCHMARKS.md); prefetch of the first descriptors, 0 to

@@ -31,8 +31,8 @@ class _StandIn:
     def __init__(self, args):
         self.args = args
 
-    def __call__(self, stream_handle):
-        self.args.stream.value = stream_handle
+    def __call__(self, stream):
+        self.args.stream.value = stream.cuda_stream
 
 
 def _time_calls(function, inputs, rounds):
@@ -80,7 +80,7 @@ def main(argv=None) -> int:
         torch.cuda.synchronize()
         first = _time_calls(submission.custom_kernel, inputs, 1)
         repeated = _time_calls(submission.custom_kernel, inputs, 5)
-        stream = torch.cuda.current_stream().cuda_stream
+        stream = torch.cuda.current_stream()
         launch_only = _time_calls(lambda _: plan.launch(stream), inputs, 5)
         torch.cuda.synchronize()
         rows.append((number, f"{here}, whole call", first, repeated))

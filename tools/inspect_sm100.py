@@ -440,6 +440,7 @@ def main(argv=None) -> int:
         configs = configurations(submission, args.config)
     except ValueError as error:
         print(f"inspect_sm100.py: {error}", file=sys.stderr)
+        shutil.rmtree(dump_dir, ignore_errors=True)
         return 2
     labels = [config.describe() if config else "-" for config in configs]
     if args.keep:
@@ -465,7 +466,8 @@ def main(argv=None) -> int:
                 module_kernels, sass = inspect_module(folder, cuobjdump, tool_env)
                 kernels += module_kernels
                 if args.keep:
-                    keep = args.keep / label if len(configs) > 1 else args.keep
+                    # one folder per configuration, named by its text ("/" in 64/128 is not a folder)
+                    keep = args.keep / label.replace("/", "+") if len(configs) > 1 else args.keep
                     keep.mkdir(exist_ok=True)
                     stem = keep / f"g{groups}_c{index}"
                     shutil.copy(_only_file(folder, "*.cubin"), stem.with_suffix(".cubin"))
