@@ -1,4 +1,5 @@
-"""Shared set-up: the repository root on sys.path, and helpers to run eval.py as the board does."""
+"""Shared set-up: the repository root on sys.path, helpers to run eval.py as the board does, and the
+poisoned-output and reference helpers of the GPU result tests."""
 import os
 import shutil
 import subprocess
@@ -50,3 +51,20 @@ def run_popcorn(cwd: Path, mode: str, spec: str, seed=None, timeout: int = 300, 
         key, _, value = line.partition(":")
         result[key.strip()] = value.strip()
     return done, result, lines
+
+
+def poisoned(data):
+    """data with every c filled with NaN, so an output the kernel did not write fails the check."""
+    for _, _, c in data[0]:
+        c.fill_(float("nan"))
+    return data
+
+
+def expected(data):
+    """The reference result, written into fresh copies of c so `data` stays untouched."""
+    import torch
+
+    import reference
+
+    abc = [(a, b, torch.empty_like(c)) for a, b, c in data[0]]
+    return reference.ref_kernel((abc, data[1], data[2], data[3]))

@@ -13,6 +13,7 @@ import torch
 
 import reference
 import submission
+from conftest import expected, poisoned
 
 
 def _supported_gpu() -> bool:
@@ -29,18 +30,6 @@ SHAPE = ((40, 200), (256, 384), (512, 256))  # M, N, K per group: partial M tile
 
 def make_inputs(m, n, k, seed):
     return reference.generate_input(m=m, n=n, k=k, g=len(m), seed=seed)
-
-
-def poison(data):
-    for _, _, c in data[0]:
-        c.fill_(float("nan"))
-    return data
-
-
-def expected(data):
-    """The reference result, written into fresh copies of c so `data` stays untouched."""
-    abc = [(a, b, torch.empty_like(c)) for a, b, c in data[0]]
-    return reference.ref_kernel((abc, data[1], data[2], data[3]))
 
 
 def assert_matches(outputs, wanted):
@@ -66,7 +55,7 @@ def test_inputs_on_a_device_other_than_the_current_one():
     with torch.cuda.device(1):
         data = make_inputs(*SHAPE, seed=21)
         wanted = expected(data)
-        poison(data)
+        poisoned(data)
         torch.cuda.synchronize()
     assert torch.cuda.current_device() == 0 and data[0][0][0].device == torch.device("cuda", 1)
     outputs = submission.custom_kernel(data)
@@ -81,7 +70,7 @@ def test_a_call_on_a_side_stream_runs_on_that_stream():
     data, fresh = make_inputs(*SHAPE, seed=22), make_inputs(*SHAPE, seed=23)
     wanted = expected(fresh)
     submission.custom_kernel(data)  # plans (and compiles) this signature outside the timed race
-    poison(data)
+    poisoned(data)
     torch.cuda.synchronize()
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):
@@ -106,7 +95,7 @@ def test_two_threads_calling_at_once():
             stream = torch.cuda.Stream()
             for _ in range(20):
                 with torch.cuda.stream(stream):
-                    poison(data)
+                    poisoned(data)
                     start.wait()
                     outputs = submission.custom_kernel(data)
                 stream.synchronize()
@@ -131,8 +120,8 @@ def test_calls_on_two_streams_share_one_plan_safely():
     first, second = make_inputs(*SHAPE, seed=29), make_inputs(*SHAPE, seed=30)
     wanted = [expected(first), expected(second)]
     submission.custom_kernel(first)  # plan and compile outside the race
-    poison(first)
-    poison(second)
+    poisoned(first)
+    poisoned(second)
     streams = torch.cuda.Stream(), torch.cuda.Stream()
     for stream in streams:
         stream.wait_stream(torch.cuda.current_stream())
@@ -165,7 +154,7 @@ def test_a_cuda_graph_recomputes_on_every_replay():
         fresh = make_inputs(*SHAPE, seed=seed)
         wanted = expected(fresh)
         overwrite_inputs(data, fresh)
-        poison(data)
+        poisoned(data)
         graph.replay()
         torch.cuda.synchronize()
         assert_matches(outputs, wanted)
@@ -180,7 +169,7 @@ def test_twelve_random_shapes_in_one_process():
         k = tuple(256 * rng.randint(1, 8) for _ in range(groups))
         data = make_inputs(m, n, k, seed=100 + case)
         wanted = expected(data)
-        outputs = submission.custom_kernel(poison(data))
+        outputs = submission.custom_kernel(poisoned(data))
         torch.cuda.synchronize()
         for out, (_, _, c) in zip(outputs, data[0]):
             assert out.data_ptr() == c.data_ptr(), "must return the given c"

@@ -23,12 +23,14 @@ on_hopper = pytest.mark.skipif(
     reason="needs a compute capability 9.0 GPU",
 )
 
+# argv: repository root, CuTe DSL's dump folder, "kernel" or "instrumented" (tools/sm90_profile.py's copy)
 COMPILE_SCRIPT = r"""
 import glob, sys
-sys.path.insert(0, sys.argv[1])
-import submission, sm90_kernel
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/tools"]
+import submission, sm90_kernel, sm90_profile
+kernels = sm90_profile.load_instrumented() if sys.argv[3] == "instrumented" else sm90_kernel
 try:
-    sm90_kernel.compile_sm90(3)
+    kernels.compile_sm90(3)
 except Exception:  # without a driver only loading the cubin fails, after it is written
     if not glob.glob(sys.argv[2] + "/*.cubin"):
         raise
@@ -49,7 +51,7 @@ def test_compiles_to_hgmma_on_cpu(tmp_path):
     env = dict(os.environ, CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP_CUBIN="1", CUTE_DSL_KEEP_PTX="1",
                CUTE_DSL_DUMP_DIR=str(tmp_path))
     t0 = time.time()
-    subprocess.run([sys.executable, "-c", COMPILE_SCRIPT, str(ROOT), str(tmp_path)],
+    subprocess.run([sys.executable, "-c", COMPILE_SCRIPT, str(ROOT), str(tmp_path), "kernel"],
                    env=env, check=True, capture_output=True, timeout=300)
     assert time.time() - t0 < 120
     (cubin,) = glob.glob(str(tmp_path / "*.cubin"))
@@ -183,23 +185,11 @@ def test_profile_tool_instruments_the_current_kernel():
         sm90_profile.instrumented_source(source.replace(sm90_profile.TILE_CALL, ""))
 
 
-INSTRUMENTED_COMPILE_SCRIPT = r"""
-import glob, sys
-sys.path[:0] = [sys.argv[1], sys.argv[1] + "/tools"]
-import submission, sm90_profile
-instrumented = sm90_profile.load_instrumented()
-try:
-    instrumented.compile_sm90(2)
-except Exception:  # without a driver only loading the cubin fails, after it is written
-    if not glob.glob(sys.argv[2] + "/*.cubin"):
-        raise
-"""
-
 
 def test_instrumented_kernel_compiles_on_cpu(tmp_path):
     """The stamped copy must trace and compile, not only patch: a name its clock helper uses that
     the kernel's module lacks fails here, not on the H200."""
     env = dict(os.environ, CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP_CUBIN="1", CUTE_DSL_DUMP_DIR=str(tmp_path))
-    subprocess.run([sys.executable, "-c", INSTRUMENTED_COMPILE_SCRIPT, str(ROOT), str(tmp_path)],
+    subprocess.run([sys.executable, "-c", COMPILE_SCRIPT, str(ROOT), str(tmp_path), "instrumented"],
                    env=env, check=True, capture_output=True, timeout=300)
     assert len(glob.glob(str(tmp_path / "*.cubin"))) == 1

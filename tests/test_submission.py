@@ -16,6 +16,7 @@ sys.path.insert(0, ROOT)
 
 import reference  # noqa: E402
 import submission  # noqa: E402
+from conftest import expected, poisoned  # noqa: E402
 
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 import inspect_sm100  # noqa: E402
@@ -206,18 +207,6 @@ def test_a_compile_of_several_variants_is_inspected_variant_by_variant(tmp_path)
 
 
 # ---------------------------------------------------------------- results (GPU)
-
-
-def poisoned(data):
-    for _, _, c in data[0]:
-        c.fill_(float("nan"))
-    return data
-
-
-def expected(data):
-    """The reference result, written into fresh copies of c so `data` stays untouched."""
-    abc = [(a, b, torch.empty_like(c)) for a, b, c in data[0]]
-    return reference.ref_kernel((abc, data[1], data[2], data[3]))
 
 
 SHAPES = {
