@@ -474,8 +474,8 @@ def bisect_failure(case: Case, result: Result, cases: list[Case], run_case, fail
             out("write this line at the top of submission.py:")
             out(f'    SM100_CONFIG = "{config.describe()}"')
             return config
-    out(f"no configuration tried passes the whole ladder, SM100_SAFE included; its first failure is the "
-        f"next to bisect: python tools/check.py --config safe")
+    out("no configuration tried passes the whole ladder, SM100_SAFE included; its first failure is the "
+        "next to bisect: python tools/check.py --config safe")
     return None
 
 
