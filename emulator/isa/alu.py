@@ -1,0 +1,547 @@
+"""Integer, floating-point, logic, comparison, conversion, move and control instructions.
+
+PTX ISA 9.7.1 (integer arithmetic), 9.7.3 (floating point), 9.7.6 (comparison and selection), 9.7.7
+(logic and shift), 9.7.9.x `mov`, `cvt`, `prmt`, 9.7.12 (control flow). Every instruction works on the
+32 lanes at once; masked-off lanes keep their registers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import EmulatorError
+from ..warp import BRANCH, EXIT, LANES, TYPES, from_raw, instruction, to_raw, type_of
+
+# --------------------------------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------------------------------
+
+
+def _bits(typ: str) -> int:
+    return np.dtype(TYPES[typ][1]).itemsize * 8
+
+
+def _wide(values, typ):
+    """Integers as Python-width-safe int64/uint64 arrays (for products and shifts)."""
+    return values.astype(np.int64) if TYPES[typ][0](0).dtype.kind == "i" else values.astype(np.uint64)
+
+
+def _binary(fn):
+    """Factory for `op.type d, a, b` with `fn(a, b, typ)`."""
+
+    def factory(instr, program):
+        typ = type_of(instr)
+        d, a, b = instr.operands[:3]
+        write, ra, rb = program.writer(d, typ), program.reader(a, typ), program.reader(b, typ)
+
+        def handler(w, mask):
+            with np.errstate(over="ignore"):
+                write(w, fn(ra(w), rb(w), typ), mask)
+
+        return handler
+
+    return factory
+
+
+def _unary(fn):
+    def factory(instr, program):
+        typ = type_of(instr)
+        d, a = instr.operands[:2]
+        write, ra = program.writer(d, typ), program.reader(a, typ)
+
+        def handler(w, mask):
+            with np.errstate(over="ignore"):
+                write(w, fn(ra(w), typ), mask)
+
+        return handler
+
+    return factory
+
+
+# --------------------------------------------------------------------------------------------------
+# integer and float arithmetic
+# --------------------------------------------------------------------------------------------------
+
+
+def _float(typ):
+    return TYPES[typ][0](0).dtype.kind == "f"
+
+
+@instruction("add")
+def _add(instr, program):
+    return _binary(lambda a, b, t: a + b)(instr, program)
+
+
+@instruction("sub")
+def _sub(instr, program):
+    return _binary(lambda a, b, t: a - b)(instr, program)
+
+
+@instruction("min")
+def _min(instr, program):
+    return _binary(lambda a, b, t: np.minimum(a, b))(instr, program)
+
+
+@instruction("max")
+def _max(instr, program):
+    return _binary(lambda a, b, t: np.maximum(a, b))(instr, program)
+
+
+@instruction("neg")
+def _neg(instr, program):
+    return _unary(lambda a, t: -a)(instr, program)
+
+
+@instruction("abs")
+def _abs(instr, program):
+    return _unary(lambda a, t: np.abs(a))(instr, program)
+
+
+@instruction("mul")
+def _mul(instr, program):
+    """mul{.lo,.hi,.wide}.type (9.7.1.3); mul.f32 (9.7.3.3)."""
+    typ = type_of(instr)
+    mods = instr.modifiers
+    if _float(typ):
+        return _binary(lambda a, b, t: a * b)(instr, program)
+    bits = _bits(typ)
+    signed = typ.startswith("s")
+    if "wide" in mods:
+        wide = {"s16": "s32", "u16": "u32", "s32": "s64", "u32": "u64"}[typ]
+        d, a, b = instr.operands[:3]
+        write, ra, rb = program.writer(d, wide), program.reader(a, typ), program.reader(b, typ)
+        return lambda w, mask: write(w, _wide(ra(w), typ) * _wide(rb(w), typ), mask)
+    if "hi" in mods:
+        d, a, b = instr.operands[:3]
+        write, ra, rb = program.writer(d, typ), program.reader(a, typ), program.reader(b, typ)
+
+        def hi(w, mask):
+            x = [int(v) for v in ra(w)]
+            y = [int(v) for v in rb(w)]
+            out = np.array([(p * q) >> bits for p, q in zip(x, y)], dtype=object)
+            write(w, np.array([int(v) & ((1 << bits) - 1) for v in out], dtype=np.uint64), mask)
+
+        if bits <= 32:
+            def hi(w, mask):  # noqa: F811 - the 32-bit case fits int64/uint64 products
+                p = _wide(ra(w), typ) * _wide(rb(w), typ)
+                write(w, (p >> 32) if signed else (p >> np.uint64(32)), mask)
+        return hi
+    return _binary(lambda a, b, t: a * b)(instr, program)
+
+
+@instruction("mad")
+def _mad(instr, program):
+    """mad{.lo,.wide}.type d, a, b, c (9.7.1.4); mad/fma.f32 (9.7.3.5)."""
+    typ = type_of(instr)
+    d, a, b, c = instr.operands[:4]
+    if _float(typ):
+        write, ra, rb, rc = (program.writer(d, typ), program.reader(a, typ), program.reader(b, typ),
+                             program.reader(c, typ))
+        return lambda w, mask: write(w, (ra(w).astype(np.float64) * rb(w) + rc(w)).astype(TYPES[typ][0]), mask)
+    if "hi" in instr.modifiers:
+        raise EmulatorError("unimplemented", "mad.hi")
+    if "wide" in instr.modifiers:
+        wide = {"s16": "s32", "u16": "u32", "s32": "s64", "u32": "u64"}[typ]
+        write, ra, rb, rc = (program.writer(d, wide), program.reader(a, typ), program.reader(b, typ),
+                             program.reader(c, wide))
+
+        def handler(w, mask):
+            with np.errstate(over="ignore"):
+                write(w, _wide(ra(w), typ) * _wide(rb(w), typ) + rc(w), mask)
+
+        return handler
+    write, ra, rb, rc = (program.writer(d, typ), program.reader(a, typ), program.reader(b, typ),
+                         program.reader(c, typ))
+
+    def lo(w, mask):
+        with np.errstate(over="ignore"):
+            write(w, ra(w) * rb(w) + rc(w), mask)
+
+    return lo
+
+
+@instruction("fma")
+def _fma(instr, program):
+    typ = type_of(instr)
+    d, a, b, c = instr.operands[:4]
+    write, ra, rb, rc = (program.writer(d, typ), program.reader(a, typ), program.reader(b, typ),
+                         program.reader(c, typ))
+    return lambda w, mask: write(w, (ra(w).astype(np.float64) * rb(w) + rc(w)).astype(TYPES[typ][0]), mask)
+
+
+def _divide(kind):
+    def factory(instr, program):
+        typ = type_of(instr)
+        d, a, b = instr.operands[:3]
+        write, ra, rb = program.writer(d, typ), program.reader(a, typ), program.reader(b, typ)
+
+        def handler(w, mask):
+            x, y = ra(w), rb(w)
+            if _float(typ):
+                write(w, x / y, mask)
+                return
+            if (y[mask] == 0).any():
+                raise EmulatorError("arith", f"integer {kind} by zero")
+            y = np.where(y == 0, 1, y)
+            q = np.trunc(x.astype(np.float64) / y).astype(np.int64) if typ.startswith("s") else x // y
+            write(w, q if kind == "div" else x - q * y, mask)
+
+        return handler
+
+    return factory
+
+
+instruction("div")(_divide("div"))
+instruction("rem")(_divide("rem"))
+
+
+# --------------------------------------------------------------------------------------------------
+# logic and shifts
+# --------------------------------------------------------------------------------------------------
+
+
+@instruction("and")
+def _and(instr, program):
+    return _binary(lambda a, b, t: a & b)(instr, program)
+
+
+@instruction("or")
+def _or(instr, program):
+    return _binary(lambda a, b, t: a | b)(instr, program)
+
+
+@instruction("xor")
+def _xor(instr, program):
+    return _binary(lambda a, b, t: a ^ b)(instr, program)
+
+
+@instruction("not")
+def _not(instr, program):
+    return _unary(lambda a, t: ~a)(instr, program)
+
+
+@instruction("cnot")
+def _cnot(instr, program):
+    return _unary(lambda a, t: (a == 0).astype(a.dtype))(instr, program)
+
+
+def _shift(left: bool):
+    """shl/shr (9.7.7.x): the shift amount is an unsigned 32-bit value; amounts past the width give 0
+    (or the sign for shr.s)."""
+
+    def factory(instr, program):
+        typ = type_of(instr)
+        bits = _bits(typ)
+        d, a, b = instr.operands[:3]
+        write, ra, rb = program.writer(d, typ), program.reader(a, typ), program.reader(b, "u32")
+        signed = typ.startswith("s")
+
+        def handler(w, mask):
+            x = ra(w)
+            n = np.minimum(rb(w).astype(np.int64), bits)
+            if left:
+                wide = x.astype(np.uint64)
+                out = np.where(n >= bits, 0, wide << np.minimum(n, bits - 1).astype(np.uint64))
+            elif signed:
+                out = x.astype(np.int64) >> np.minimum(n, 63)
+            else:
+                out = np.where(n >= bits, 0, x.astype(np.uint64) >> np.minimum(n, bits - 1).astype(np.uint64))
+            write(w, out, mask)
+
+        return handler
+
+    return factory
+
+
+instruction("shl")(_shift(True))
+instruction("shr")(_shift(False))
+
+
+@instruction("popc")
+def _popc(instr, program):
+    typ = type_of(instr)
+    d, a = instr.operands[:2]
+    write, ra = program.writer(d, "u32"), program.reader(a, typ)
+    return lambda w, mask: write(w, np.array([bin(int(v)).count("1") for v in ra(w)], np.uint32), mask)
+
+
+@instruction("bfe")
+def _bfe(instr, program):
+    """bfe.type d, a, pos, len (9.7.1.17)."""
+    typ = type_of(instr)
+    bits = _bits(typ)
+    d, a, b, c = instr.operands[:4]
+    write, ra, rb, rc = (program.writer(d, typ), program.reader(a, typ), program.reader(b, "u32"),
+                         program.reader(c, "u32"))
+
+    def handler(w, mask):
+        out = []
+        for x, p, n in zip(ra(w), rb(w), rc(w)):
+            x, p, n = int(x), min(int(p) & 0xFF, bits), min(int(n) & 0xFF, bits)
+            ux = x & ((1 << bits) - 1)
+            v = (ux >> p) & ((1 << n) - 1) if n else 0
+            if typ.startswith("s") and n:
+                sign = (ux >> min(p + n - 1, bits - 1)) & 1
+                if sign:
+                    v |= ((1 << bits) - 1) ^ ((1 << n) - 1)
+            out.append(v)
+        write(w, np.array(out, np.uint64), mask)
+
+    return handler
+
+
+@instruction("bfi")
+def _bfi(instr, program):
+    typ = type_of(instr)
+    bits = _bits(typ)
+    d, f, b, p, n = instr.operands[:5]
+    write, rf, rb, rp, rn = (program.writer(d, typ), program.reader(f, typ), program.reader(b, typ),
+                             program.reader(p, "u32"), program.reader(n, "u32"))
+
+    def handler(w, mask):
+        out = []
+        for fv, bv, pv, nv in zip(rf(w), rb(w), rp(w), rn(w)):
+            pv, nv = min(int(pv) & 0xFF, bits), min(int(nv) & 0xFF, bits)
+            m = (((1 << nv) - 1) << pv) & ((1 << bits) - 1)
+            out.append((int(bv) & ~m | (int(fv) << pv) & m) & ((1 << bits) - 1))
+        write(w, np.array(out, np.uint64), mask)
+
+    return handler
+
+
+@instruction("prmt")
+def _prmt(instr, program):
+    """prmt.b32 d, a, b, c (9.7.9.7), default mode: byte k of d is byte c[4k+2:4k] of {b, a}, replicated
+    sign when c[4k+3] is set."""
+    if len(instr.modifiers) > 1:
+        raise EmulatorError("unimplemented", f"{instr.opcode} (only the default mode)")
+    d, a, b, c = instr.operands[:4]
+    write, ra, rb, rc = (program.writer(d, "b32"), program.reader(a, "b32"), program.reader(b, "b32"),
+                         program.reader(c, "b32"))
+
+    def handler(w, mask):
+        source = (rb(w).astype(np.uint64) << np.uint64(32)) | ra(w).astype(np.uint64)
+        sel = rc(w).astype(np.uint64)
+        out = np.zeros(LANES, np.uint64)
+        for k in range(4):
+            nib = (sel >> np.uint64(4 * k)) & np.uint64(0xF)
+            byte = (source >> ((nib & np.uint64(7)) * np.uint64(8))) & np.uint64(0xFF)
+            byte = np.where(nib & np.uint64(8), np.where(byte & np.uint64(0x80), np.uint64(0xFF), np.uint64(0)), byte)
+            out |= byte << np.uint64(8 * k)
+        write(w, out, mask)
+
+    return handler
+
+
+@instruction("lop3")
+def _lop3(instr, program):
+    d, a, b, c, lut = instr.operands[:5]
+    write, ra, rb, rc = (program.writer(d, "b32"), program.reader(a, "b32"), program.reader(b, "b32"),
+                         program.reader(c, "b32"))
+    table = lut.value
+
+    def handler(w, mask):
+        x, y, z = ra(w), rb(w), rc(w)
+        out = np.zeros(LANES, np.uint32)
+        for k in range(8):
+            if table >> k & 1:
+                ta = x if k & 4 else ~x
+                tb = y if k & 2 else ~y
+                tc = z if k & 1 else ~z
+                out |= ta & tb & tc
+        write(w, out, mask)
+
+    return handler
+
+
+# --------------------------------------------------------------------------------------------------
+# comparison and selection
+# --------------------------------------------------------------------------------------------------
+
+_COMPARE = {
+    "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
+    "ge": np.greater_equal, "lo": np.less, "ls": np.less_equal, "hi": np.greater, "hs": np.greater_equal,
+}
+
+
+@instruction("setp")
+def _setp(instr, program):
+    """setp.CmpOp[.BoolOp].type p[|q], a, b[, c] (9.7.6.1)."""
+    mods = instr.modifiers
+    typ = type_of(instr)
+    cmp = _COMPARE.get(mods[0])
+    if cmp is None:
+        raise EmulatorError("unimplemented", instr.opcode)
+    boolop = next((m for m in mods[1:] if m in ("and", "or", "xor")), None)
+    dst = instr.operands[0]
+    ra, rb = program.reader(instr.operands[1], typ), program.reader(instr.operands[2], typ)
+    rc = program.reader(instr.operands[3], "pred") if boolop else None
+    if dst.kind == "pair":
+        wp, wq = program.writer(dst.items[0], "pred"), program.writer(dst.items[1], "pred")
+    else:
+        wp, wq = program.writer(dst, "pred"), None
+    combine = {"and": np.logical_and, "or": np.logical_or, "xor": np.logical_xor}.get(boolop)
+
+    def handler(w, mask):
+        t = cmp(ra(w), rb(w))
+        p, q = t, ~t
+        if combine is not None:
+            c = rc(w)
+            p, q = combine(t, c), combine(~t, c)
+        wp(w, p, mask)
+        if wq is not None:
+            wq(w, q, mask)
+
+    return handler
+
+
+@instruction("selp")
+def _selp(instr, program):
+    typ = type_of(instr)
+    d, a, b, c = instr.operands[:4]
+    write, ra, rb, rc = (program.writer(d, typ), program.reader(a, typ), program.reader(b, typ),
+                         program.reader(c, "pred"))
+    return lambda w, mask: write(w, np.where(rc(w), ra(w), rb(w)), mask)
+
+
+# --------------------------------------------------------------------------------------------------
+# moves and conversions
+# --------------------------------------------------------------------------------------------------
+
+
+@instruction("mov")
+def _mov(instr, program):
+    """mov.type d, a (9.7.9.1): register, immediate, special register, or the address of a variable;
+    with a vector on one side (9.7.9.2) it packs or unpacks the bits, lowest element in the low bits."""
+    typ = type_of(instr)
+    d, a = instr.operands[:2]
+    bits = _bits(typ)
+    if d.kind == "vec":
+        n = len(d.items)
+        part = f"b{bits // n}"
+        ra = program.reader(a, f"b{bits}")
+        writers = [program.writer(x, part) for x in d.items]
+
+        def unpack(w, mask):
+            v = ra(w).astype(np.uint64)
+            for k, wr in enumerate(writers):
+                wr(w, (v >> np.uint64(k * bits // n)) & np.uint64((1 << (bits // n)) - 1), mask)
+
+        return unpack
+    if a.kind == "vec":
+        n = len(a.items)
+        part = f"b{bits // n}"
+        readers = [program.reader(x, part) for x in a.items]
+        write = program.writer(d, f"b{bits}")
+
+        def pack(w, mask):
+            v = np.zeros(LANES, np.uint64)
+            for k, rd in enumerate(readers):
+                v |= rd(w).astype(np.uint64) << np.uint64(k * bits // n)
+            write(w, v, mask)
+
+        return pack
+    write = program.writer(d, typ)
+    if typ == "pred":
+        ra = program.reader(a, "pred")
+    else:
+        ra = program.reader(a, typ)
+    return lambda w, mask: write(w, ra(w), mask)
+
+
+@instruction("cvt")
+def _cvt(instr, program):
+    """cvt[.rnd][.sat].dtype.atype d, a (9.7.9.21). Integer widening sign- or zero-extends by the
+    source type; narrowing truncates. f32 -> f16x2 (`cvt.rn.f16x2.f32 d, a, b`): a to the upper half,
+    b to the lower, round to nearest even."""
+    mods = instr.modifiers
+    types = [m for m in mods if m in TYPES or m in ("f16x2", "bf16x2", "bf16")]
+    if types[0] in ("f16x2", "bf16x2"):
+        if types[0] != "f16x2" or "rn" not in mods:
+            raise EmulatorError("unimplemented", instr.opcode)
+        d, a, b = instr.operands[:3]
+        write, ra, rb = program.writer(d, "b32"), program.reader(a, "f32"), program.reader(b, "f32")
+
+        def pack(w, mask):
+            hi = ra(w).astype(np.float16).view(np.uint16).astype(np.uint32)
+            lo = rb(w).astype(np.float16).view(np.uint16).astype(np.uint32)
+            write(w, (hi << np.uint32(16)) | lo, mask)
+
+        return pack
+    dtyp, atyp = types[0], types[1]
+    if "bf16" in (dtyp, atyp):
+        raise EmulatorError("unimplemented", instr.opcode)
+    d, a = instr.operands[:2]
+    write, ra = program.writer(d, dtyp), program.reader(a, atyp)
+    saturate = "sat" in mods
+    float_to_int = _float(atyp) and not _float(dtyp)
+    rounding = next((m for m in mods if m in ("rn", "rz", "rm", "rp", "rni", "rzi", "rmi", "rpi")), None)
+
+    def handler(w, mask):
+        v = ra(w)
+        if float_to_int:
+            mode = (rounding or "rzi").rstrip("i")
+            f = {"rn": np.rint, "rz": np.trunc, "rm": np.floor, "rp": np.ceil}[mode](v.astype(np.float64))
+            info = np.iinfo(TYPES[dtyp][0])
+            f = np.nan_to_num(f, nan=0.0)
+            v = np.clip(f, info.min, info.max).astype(TYPES[dtyp][0])
+        elif _float(dtyp):
+            v = v.astype(TYPES[dtyp][0])
+        else:
+            v = v.astype(np.int64) if atyp.startswith("s") else v.astype(np.uint64)
+            if saturate:
+                info = np.iinfo(TYPES[dtyp][0])
+                v = np.clip(v.astype(np.int64) if atyp.startswith("s") else v, info.min, info.max)
+        write(w, v, mask)
+
+    return handler
+
+
+@instruction("cvta")
+def _cvta(instr, program):
+    """cvta[.to].space.size d, a (9.7.9.19): param/shared <-> generic windows (memory.py)."""
+    from ..memory import GENERIC_PARAM_BASE, GENERIC_SHARED_BASE
+
+    mods = instr.modifiers
+    to = "to" in mods
+    space = next(m for m in mods if m in ("param", "shared", "global", "local", "const"))
+    typ = type_of(instr)
+    d, a = instr.operands[:2]
+    write, ra = program.writer(d, typ), program.reader(a, "u64")
+    base = {"param": GENERIC_PARAM_BASE, "shared": GENERIC_SHARED_BASE, "global": 0}.get(space)
+    if base is None:
+        raise EmulatorError("unimplemented", instr.opcode)
+
+    def handler(w, mask):
+        v = ra(w)
+        write(w, (v - np.uint64(base)) if to else (v + np.uint64(base)), mask)
+
+    return handler
+
+
+# --------------------------------------------------------------------------------------------------
+# control flow
+# --------------------------------------------------------------------------------------------------
+
+
+@instruction("bra")
+def _bra(instr, program):
+    target = program.kernel.labels[instr.operands[0].name]
+    result = BRANCH + (target,)
+    return lambda w, mask: result
+
+
+@instruction("ret", "exit")
+def _exit(instr, program):
+    return lambda w, mask: EXIT
+
+
+@instruction("trap")
+def _trap(instr, program):
+    def handler(w, mask):
+        raise EmulatorError("trap", "the kernel executed trap")
+
+    return handler
+
+
+del from_raw, to_raw

@@ -1,0 +1,345 @@
+"""Synchronization and warp-level instructions: mbarrier, bar/barrier, barrier.cluster, elect, shfl, vote,
+fences, griddepcontrol.
+
+PTX ISA 9.7.13.15 (mbarrier: init 9.7.13.15.9, expect_tx 9.7.13.15.11, arrive 9.7.13.15.13,
+test_wait/try_wait 9.7.13.15.16), 9.7.13.1 (bar, barrier), 9.7.13.2 (barrier.cluster), 9.7.13.4 (fence,
+membar), 9.7.13.x (elect.sync), 9.7.9.6 (shfl.sync), 9.7.13.x (vote.sync), 9.7.13.x (griddepcontrol).
+
+Not modelled: memory ordering (`.release`/`.acquire`/`.relaxed` scopes and every fence are accepted and
+have no effect: the emulator's memory is sequentially consistent), the suspend-time hint of try_wait.
+`griddepcontrol.wait` returns at once: the emulator runs one grid at a time, so the prerequisite grid has
+always completed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import EmulatorError
+from ..machine import ClusterBarrierWait, MBarrier, MBarrierWait, NamedBarrier, NamedBarrierWait
+from ..memory import split_shared
+from ..warp import LANES, instruction, type_of
+from .memory_ops import address_reader
+
+
+def mbarrier_at(w, address: int, cluster_scope: bool):
+    """The CTA and mbarrier at a shared address (`.shared::cta` must name the executing CTA)."""
+    rank, offset = split_shared(address)
+    if address % 8:
+        raise EmulatorError("misaligned", f"mbarrier at shared 0x{address:x} is not 8-B aligned")
+    if not cluster_scope and rank != w.cta.rank:
+        raise EmulatorError("shared-bounds", f"mbarrier .shared::cta access at 0x{address:x}, an address of CTA "
+                            f"rank {rank}, from CTA rank {w.cta.rank}")
+    cta = w.cta.cluster.cta(rank, "")
+    cta.shared.check(offset, 8, "mbarrier access")
+    return cta, cta.mbarrier(offset, "")
+
+
+def _lanes(mask):
+    return np.flatnonzero(mask)
+
+
+@instruction("mbarrier.init")
+def _init(instr, program):
+    addr = address_reader(program, instr.operands[0])
+    count = program.reader(instr.operands[1], "u32")
+
+    def handler(w, mask):
+        a, c = addr(w), count(w)
+        for lane in _lanes(mask):
+            rank, offset = split_shared(int(a[lane]))
+            if rank != w.cta.rank:
+                raise EmulatorError("shared-bounds", f"mbarrier.init of another CTA's barrier at 0x{int(a[lane]):x}")
+            w.cta.shared.check(offset, 8, "mbarrier.init")
+            if int(a[lane]) % 8:
+                raise EmulatorError("misaligned", f"mbarrier.init at 0x{int(a[lane]):x}")
+            if not 1 <= int(c[lane]) < (1 << 20):
+                raise EmulatorError("mbarrier", f"mbarrier.init count {int(c[lane])} out of range [1, 2^20)")
+            w.cta.mbarriers[offset] = MBarrier(int(a[lane]), int(c[lane]))
+            w.cta.grid.progress += 1
+
+    return handler
+
+
+def _arrive_factory(instr, program, *, expect_tx: bool, drop: bool = False):
+    ops = instr.operands
+    state = ops[0]
+    addr = address_reader(program, ops[1])
+    extra = program.reader(ops[2], "u32") if len(ops) > 2 else None
+    cluster_scope = "shared::cluster" in instr.modifiers
+    write_state = program.writer(state, "b64") if state.kind != "sink" else None
+
+    def handler(w, mask):
+        a = addr(w)
+        e = extra(w) if extra is not None else None
+        tokens = np.zeros(LANES, np.uint64)
+        for lane in _lanes(mask):
+            _, bar = mbarrier_at(w, int(a[lane]), cluster_scope)
+            if expect_tx:
+                bar.expect_tx(w.cta.grid, int(e[lane]))
+                count = 1
+            else:
+                count = int(e[lane]) if e is not None else 1
+            if drop:
+                bar.expected -= count
+            tokens[lane] = bar.arrive(w.cta.grid, count)
+        if write_state is not None:
+            write_state(w, tokens, mask)
+
+    return handler
+
+
+@instruction("mbarrier.arrive")
+def _arrive(instr, program):
+    return _arrive_factory(instr, program, expect_tx="expect_tx" in instr.modifiers)
+
+
+@instruction("mbarrier.arrive_drop")
+def _arrive_drop(instr, program):
+    return _arrive_factory(instr, program, expect_tx="expect_tx" in instr.modifiers, drop=True)
+
+
+@instruction("mbarrier.expect_tx", "mbarrier.complete_tx")
+def _tx(instr, program):
+    addr = address_reader(program, instr.operands[0])
+    nbytes = program.reader(instr.operands[1], "u32")
+    complete = instr.modifiers[0] == "complete_tx"
+    cluster_scope = "shared::cluster" in instr.modifiers
+
+    def handler(w, mask):
+        a, n = addr(w), nbytes(w)
+        for lane in _lanes(mask):
+            _, bar = mbarrier_at(w, int(a[lane]), cluster_scope)
+            (bar.complete_tx if complete else bar.expect_tx)(w.cta.grid, int(n[lane]))
+
+    return handler
+
+
+@instruction("mbarrier.try_wait", "mbarrier.test_wait")
+def _wait(instr, program):
+    """try_wait/test_wait[.parity] p, [addr], parity|state. A failed try_wait blocks the warp (the
+    scheduler runs others until the phase completes); test_wait never blocks. Before answering, the
+    asynchronous units may deliver work that signals this barrier (async_ops.py decides what and when)."""
+    if "parity" not in instr.modifiers:
+        raise EmulatorError("unimplemented", f"{instr.opcode} (state-token form)")
+    blocking = instr.modifiers[0] == "try_wait"
+    dst = instr.operands[0]
+    write = program.writer(dst, "pred")
+    addr = address_reader(program, instr.operands[1])
+    parity = program.reader(instr.operands[2], "u32")
+    cluster_scope = "shared::cluster" in instr.modifiers
+
+    def handler(w, mask):
+        from ..async_ops import observe
+
+        a, par = addr(w), parity(w)
+        out = np.zeros(LANES, bool)
+        wait = None
+        for lane in _lanes(mask):
+            cta, bar = mbarrier_at(w, int(a[lane]), cluster_scope)
+            p = int(par[lane]) & 1
+            if not bar.phase_complete(p):
+                observe(w.cta.grid, bar)
+            out[lane] = bar.phase_complete(p)
+            if not out[lane] and wait is None:
+                wait = MBarrierWait(cta, bar, p)
+        write(w, out, mask)
+        if blocking and wait is not None:
+            return ("wait", wait)
+        return None
+
+    return handler
+
+
+@instruction("mbarrier.inval")
+def _inval(instr, program):
+    addr = address_reader(program, instr.operands[0])
+
+    def handler(w, mask):
+        for lane in _lanes(mask):
+            rank, offset = split_shared(int(addr(w)[lane]))
+            w.cta.mbarriers.pop(offset, None)
+
+    return handler
+
+
+# --------------------------------------------------------------------------------------------------
+# CTA and cluster barriers
+# --------------------------------------------------------------------------------------------------
+
+
+def _named_barrier(instr, program, *, wait: bool):
+    ident = program.reader(instr.operands[0], "u32") if instr.operands else None
+    count = program.reader(instr.operands[1], "u32") if len(instr.operands) > 1 else None
+
+    def handler(w, mask):
+        bid = int(ident(w)[0]) if ident is not None else 0
+        threads = int(count(w)[0]) if count is not None else w.cta.threads
+        bar = w.cta.named_barriers.get(bid)
+        if bar is None:
+            bar = w.cta.named_barriers[bid] = NamedBarrier(bid)
+        if bar.count is not None and bar.arrived and bar.count != threads:
+            raise EmulatorError("barrier", f"bar {bid}: this warp expects {threads} threads, others {bar.count}")
+        bar.count = threads
+        generation = bar.generation
+        bar.arrived += LANES
+        w.cta.grid.progress += 1
+        if bar.arrived >= threads:
+            if bar.arrived > threads:
+                raise EmulatorError("barrier", f"bar {bid}: {bar.arrived} threads arrived, {threads} expected")
+            bar.arrived = 0
+            bar.generation += 1
+            return None
+        return ("wait", NamedBarrierWait(bar, generation)) if wait else None
+
+    return handler
+
+
+@instruction("bar.sync", "barrier.sync", "bar.red", "barrier.red")
+def _bar_sync(instr, program):
+    if instr.opcode.startswith(("bar.red", "barrier.red")):
+        raise EmulatorError("unimplemented", instr.opcode)
+    return _named_barrier(instr, program, wait=True)
+
+
+@instruction("bar.arrive", "barrier.arrive")
+def _bar_arrive(instr, program):
+    return _named_barrier(instr, program, wait=False)
+
+
+@instruction("bar.warp.sync")
+def _bar_warp(instr, program):
+    return lambda w, mask: None
+
+
+@instruction("barrier.cluster.arrive")
+def _cluster_arrive(instr, program):
+    def handler(w, mask):
+        bar = w.cta.cluster.barrier
+        bar.arrived.add(w)
+        w.cluster_arrival = bar.generation
+        w.cta.grid.progress += 1
+
+    return handler
+
+
+@instruction("barrier.cluster.wait")
+def _cluster_wait(instr, program):
+    def handler(w, mask):
+        bar = w.cta.cluster.barrier
+        if w.cluster_arrival is None:
+            raise EmulatorError("barrier", "barrier.cluster.wait without a barrier.cluster.arrive")
+        wait = ClusterBarrierWait(bar, w.cluster_arrival)
+        w.cluster_arrival = None
+        return None if wait.ready() else ("wait", wait)
+
+    return handler
+
+
+# --------------------------------------------------------------------------------------------------
+# warp-level
+# --------------------------------------------------------------------------------------------------
+
+
+@instruction("elect.sync")
+def _elect(instr, program):
+    """elect.sync d|p, membermask (9.7.13.x): one leader among the active lanes of membermask: the
+    lowest-numbered (the ISA names no other choice; the emulator keeps it deterministic)."""
+    dst = instr.operands[0]
+    member = program.reader(instr.operands[1], "u32")
+    if dst.kind == "pair":
+        wd, wp = program.writer(dst.items[0], "u32"), program.writer(dst.items[1], "pred")
+    else:
+        wd, wp = program.writer(dst, "u32"), None
+
+    def handler(w, mask):
+        m = int(member(w)[0])
+        candidates = [lane for lane in _lanes(mask) if m >> lane & 1]
+        if not candidates:
+            raise EmulatorError("warp", "elect.sync with no active lane in membermask")
+        leader = candidates[0]
+        wd(w, np.full(LANES, leader, np.uint32), mask)
+        if wp is not None:
+            wp(w, np.arange(LANES) == leader, mask)
+
+    return handler
+
+
+@instruction("shfl.sync")
+def _shfl(instr, program):
+    """shfl.sync.mode.b32 d[|p], a, b, c, membermask (9.7.9.6)."""
+    mode = instr.modifiers[1]
+    dst, a, b, c = instr.operands[:4]
+    ra, rb, rc = program.reader(a, "b32"), program.reader(b, "u32"), program.reader(c, "u32")
+    if dst.kind == "pair":
+        wd, wp = program.writer(dst.items[0], "b32"), program.writer(dst.items[1], "pred")
+    else:
+        wd, wp = program.writer(dst, "b32"), None
+    lane = np.arange(LANES)
+
+    def handler(w, mask):
+        av, bv, cv = ra(w), rb(w).astype(np.int64) & 31, rc(w).astype(np.int64)
+        clamp, segmask = cv & 31, (cv >> 8) & 31
+        max_lane = (lane & segmask) | (clamp & ~segmask)
+        min_lane = lane & segmask
+        if mode == "idx":
+            j = min_lane | (bv & ~segmask)
+            ok = j <= max_lane
+        elif mode == "up":
+            j = lane - bv
+            ok = j >= max_lane
+        elif mode == "down":
+            j = lane + bv
+            ok = j <= max_lane
+        elif mode == "bfly":
+            j = lane ^ bv
+            ok = j <= max_lane
+        else:
+            raise EmulatorError("unimplemented", instr.opcode)
+        j = np.where(ok, j, lane)
+        if not mask[j[mask]].all():
+            raise EmulatorError("warp", f"shfl.sync reads lanes {sorted(set(j[mask][~mask[j[mask]]].tolist()))} "
+                                "that do not take part")
+        wd(w, av[j], mask)
+        if wp is not None:
+            wp(w, ok, mask)
+
+    return handler
+
+
+@instruction("vote.sync")
+def _vote(instr, program):
+    mode = instr.modifiers[1]
+    dst, a = instr.operands[:2]
+    ra = program.reader(a, "pred")
+    write = program.writer(dst, "b32" if mode == "ballot" else "pred")
+
+    def handler(w, mask):
+        p = ra(w) & mask
+        if mode == "ballot":
+            write(w, np.full(LANES, int(sum(1 << int(k) for k in np.flatnonzero(p))), np.uint32), mask)
+        elif mode == "any":
+            write(w, np.full(LANES, bool(p.any())), mask)
+        elif mode == "all":
+            write(w, np.full(LANES, bool(p[mask].all())), mask)
+        else:
+            write(w, np.full(LANES, bool(p[mask].all() or not p[mask].any())), mask)
+
+    return handler
+
+
+@instruction("activemask")
+def _activemask(instr, program):
+    write = program.writer(instr.operands[0], "b32")
+    return lambda w, mask: write(w, np.full(LANES, int(sum(1 << int(k) for k in np.flatnonzero(mask))),
+                                            np.uint32), mask)
+
+
+@instruction("fence", "membar", "griddepcontrol", "nanosleep", "setmaxnreg", "pmevent")
+def _no_effect(instr, program):
+    """Ordering, hints and launch control with no effect in a sequentially consistent, single-grid
+    emulator (module docstring)."""
+    return lambda w, mask: None
+
+
+del type_of

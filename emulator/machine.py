@@ -1,0 +1,261 @@
+"""Machine state, named after the hardware: Grid > Cluster > Cta > Warp, with the mbarriers, named barriers
+and tensor memory each CTA owns, and the asynchronous units (TMA, tensor core) whose work may complete
+late. The warps' execution is `warp.py`; the order in which warps run is `scheduler.py`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import EmulatorError
+from .memory import GlobalMemory, ParamMemory, SharedMemory
+
+
+# --------------------------------------------------------------------------------------------------
+# Synchronization objects
+# --------------------------------------------------------------------------------------------------
+
+
+class MBarrier:
+    """An mbarrier object (PTX ISA 9.7.13.15.1 "Contents of the mbarrier object"): the current phase, its
+    pending arrival count, its expected arrival count and its transaction count. A phase completes when
+    both the pending arrivals and the tx-count reach zero (9.7.13.15.3 "Phase completion"); the next phase
+    then expects `expected` arrivals again."""
+
+    def __init__(self, address: int, expected: int):
+        self.address = address
+        self.expected = expected
+        self.pending = expected
+        self.tx = 0
+        self.phase = 0  # number of completed phases
+
+    def _complete_if_done(self, machine) -> None:
+        if self.pending == 0 and self.tx == 0:
+            self.phase += 1
+            self.pending = self.expected
+            machine.progress += 1
+
+    def arrive(self, machine, count: int = 1) -> int:
+        """Returns the phase the arrival belongs to (the state token of `mbarrier.arrive`)."""
+        if count > self.pending:
+            raise EmulatorError("mbarrier", f"{count} arrival(s) on mbarrier 0x{self.address:x} whose phase "
+                                f"{self.phase} has {self.pending} pending of {self.expected} expected")
+        phase = self.phase
+        self.pending -= count
+        machine.progress += 1
+        self._complete_if_done(machine)
+        return phase
+
+    def expect_tx(self, machine, nbytes: int) -> None:
+        self.tx += nbytes
+        machine.progress += 1
+
+    def complete_tx(self, machine, nbytes: int) -> None:
+        self.tx -= nbytes
+        machine.progress += 1
+        self._complete_if_done(machine)
+
+    def phase_complete(self, parity: int) -> bool:
+        """`mbarrier.test_wait/try_wait.parity` (9.7.13.15.16): true when the phase of parity `parity`
+        has completed, i.e. the current (incomplete) phase has the other parity."""
+        return (self.phase & 1) != (parity & 1)
+
+    def state(self) -> str:
+        return (f"phase {self.phase} (parity {self.phase & 1}), {self.pending}/{self.expected} arrivals "
+                f"pending, tx-count {self.tx}")
+
+
+class NamedBarrier:
+    """`bar.sync`/`barrier.sync` id (9.7.13.1): completes when `count` threads, counted per warp, have
+    arrived."""
+
+    def __init__(self, ident: int):
+        self.ident = ident
+        self.arrived = 0
+        self.count = None
+        self.generation = 0
+        self.waiting: list = []
+
+
+class ClusterBarrier:
+    """`barrier.cluster.arrive` / `.wait` (9.7.13.2): completes when every non-exited warp of the
+    cluster has arrived (an exited thread no longer takes part: an assumption; the ISA says all threads
+    of the cluster)."""
+
+    def __init__(self, cluster):
+        self.cluster = cluster
+        self.arrived: set = set()
+        self.generation = 0
+
+    def try_complete(self, grid) -> bool:
+        live = [w for cta in self.cluster.ctas for w in cta.warps if not w.done]
+        if self.arrived and all(w in self.arrived for w in live):
+            self.arrived.clear()
+            self.generation += 1
+            grid.progress += 1
+            return True
+        return False
+
+
+# --------------------------------------------------------------------------------------------------
+# Waits: why a warp is not runnable
+# --------------------------------------------------------------------------------------------------
+
+
+class Wait:
+    spurious_ok = False  # may the scheduler wake the warp anyway (a try_wait may time out)?
+
+    def ready(self) -> bool:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+
+@dataclass
+class MBarrierWait(Wait):
+    cta: "Cta"
+    barrier: MBarrier
+    parity: int
+    spurious_ok = True
+
+    def ready(self) -> bool:
+        return self.barrier.phase_complete(self.parity)
+
+    def describe(self) -> str:
+        name = self.cta.grid.barrier_names.get(self.barrier.address & 0xFFFFFF)
+        label = f" ({name})" if name else ""
+        return (f"mbarrier.try_wait parity {self.parity} on mbarrier at shared 0x{self.barrier.address:x}"
+                f"{label}: {self.barrier.state()}")
+
+
+@dataclass
+class NamedBarrierWait(Wait):
+    barrier: NamedBarrier
+    generation: int
+
+    def ready(self) -> bool:
+        return self.barrier.generation != self.generation
+
+    def describe(self) -> str:
+        return (f"bar.sync {self.barrier.ident}: {self.barrier.arrived} of {self.barrier.count} threads "
+                f"arrived")
+
+
+@dataclass
+class ClusterBarrierWait(Wait):
+    barrier: ClusterBarrier
+    generation: int
+
+    def ready(self) -> bool:
+        if self.barrier.generation == self.generation:
+            self.barrier.try_complete(self.barrier.cluster.ctas[0].grid)
+        return self.barrier.generation != self.generation
+
+    def describe(self) -> str:
+        live = sum(not w.done for cta in self.barrier.cluster.ctas for w in cta.warps)
+        return f"barrier.cluster.wait: {len(self.barrier.arrived)} of {live} live warps of the cluster arrived"
+
+
+# --------------------------------------------------------------------------------------------------
+# Grid, cluster, CTA
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class LaunchConfig:
+    grid: tuple
+    block: tuple
+    cluster: tuple
+    shared_bytes: int
+    attributes: dict = field(default_factory=dict)
+
+
+class Cta:
+    def __init__(self, grid: "Grid", cluster: "Cluster", ctaid: tuple, rank: int):
+        self.grid = grid
+        self.cluster = cluster
+        self.ctaid = ctaid
+        self.rank = rank  # %cluster_ctarank
+        self.shared = SharedMemory(rank, grid.kernel.shared, grid.config.shared_bytes)
+        self.mbarriers: dict[int, MBarrier] = {}  # by offset in the shared window
+        self.named_barriers: dict[int, NamedBarrier] = {}
+        self._tmem = None
+        self.warps: list = []
+        self.threads = int(np.prod(grid.config.block))
+
+    @property
+    def tmem(self):
+        """This CTA's tensor memory (tcgen05.py), made on first use."""
+        if self._tmem is None:
+            from .tcgen05 import TensorMemory
+
+            self._tmem = TensorMemory()
+        return self._tmem
+
+    @property
+    def label(self) -> str:
+        return f"CTA {self.ctaid} (rank {self.rank})"
+
+    def mbarrier(self, offset: int, where: str) -> MBarrier:
+        bar = self.mbarriers.get(offset)
+        if bar is None:
+            raise EmulatorError("mbarrier", f"mbarrier at shared 0x{(self.rank << 24) | offset:x} of {self.label} "
+                                "used before mbarrier.init", where)
+        return bar
+
+
+class Cluster:
+    def __init__(self, clusterid: tuple):
+        self.clusterid = clusterid
+        self.ctas: list[Cta] = []
+        self.barrier = ClusterBarrier(self)
+
+    def cta(self, rank: int, where: str) -> Cta:
+        if not 0 <= rank < len(self.ctas):
+            raise EmulatorError("shared-bounds", f"shared::cluster address names CTA rank {rank}; the cluster "
+                                f"has {len(self.ctas)}", where)
+        return self.ctas[rank]
+
+
+class Grid:
+    """The launched grid and everything shared across it: global memory, parameters, the asynchronous
+    work not yet delivered, the options of this run."""
+
+    def __init__(self, kernel, program, config: LaunchConfig, params: tuple, global_memory: GlobalMemory,
+                 *, mode: str, seed: int, barrier_names=None, warp_roles=None):
+        self.kernel = kernel
+        self.program = program
+        self.config = config
+        self.params = ParamMemory(kernel, params)
+        self.global_memory = global_memory
+        self.mode = mode
+        self.rng = np.random.default_rng(seed)
+        self.barrier_names = dict(barrier_names or {})
+        self.warp_roles = dict(warp_roles or {})
+        self.progress = 0  # bumped by every synchronization event: lets the scheduler tell a hang
+        self.instructions = 0
+        self.pending = []  # asynchronous operations not yet delivered (see async_ops.py)
+        self.clusters: list[Cluster] = []
+        self.ctas: list[Cta] = []
+        gx, gy, gz = config.grid
+        cx, cy, cz = config.cluster
+        if gx % cx or gy % cy or gz % cz:
+            raise EmulatorError("setup", f"grid {config.grid} is not a multiple of the cluster {config.cluster}")
+        clusters = {}
+        for z in range(gz):
+            for y in range(gy):
+                for x in range(gx):
+                    cid = (x // cx, y // cy, z // cz)
+                    cluster = clusters.get(cid)
+                    if cluster is None:
+                        cluster = clusters[cid] = Cluster(cid)
+                        self.clusters.append(cluster)
+                    rank = (x % cx) + cx * ((y % cy) + cy * (z % cz))
+                    cta = Cta(self, cluster, (x, y, z), rank)
+                    cluster.ctas.append(cta)
+                    self.ctas.append(cta)
+        for cluster in self.clusters:
+            cluster.ctas.sort(key=lambda c: c.rank)

@@ -1,0 +1,97 @@
+"""The warp scheduler: cooperative, every warp of every CTA of the grid interleaved.
+
+Each warp runs until it blocks (a `Wait`: an incomplete mbarrier phase, a `bar.sync` or
+`barrier.cluster.wait` not complete) or its time slice ends; then another runs. Eager mode runs ready warps
+round-robin with long slices; adversarial mode picks the next warp and the slice length at random from the
+run's seed.
+
+When no warp can run, pending asynchronous work is delivered (async_ops.py). If none is left, warps blocked
+in `mbarrier.try_wait` are woken once (a try_wait may return false after a time limit, ISA 9.7.13.15.16,
+and the code around it may do other work); if that changes nothing, every live warp is blocked for good:
+a hang, reported per CTA and warp with the role, the PTX line and the state of the barrier it waits on.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from .async_ops import deliver_any, drain
+from .errors import EmulatorError, HangError
+
+EAGER_SLICE = 4096
+ADVERSARIAL_MAX_SLICE = 48
+
+
+def run_grid(grid, warps, *, step_budget: int) -> None:
+    adversarial = grid.mode == "adversarial"
+    rng = grid.rng
+    ready = deque(warps)
+    if adversarial:
+        ready = deque(warps[i] for i in rng.permutation(len(warps)))
+    blocked = []
+    woken_at = None  # grid.progress when blocked try_waits were last woken
+    while True:
+        if not ready:
+            still = []
+            for w in blocked:
+                (ready if w.wait.ready() else still).append(w)
+            blocked = still
+            if not ready:
+                if deliver_any(grid):
+                    continue
+                if not blocked:
+                    break
+                if woken_at != grid.progress:
+                    woken_at = grid.progress
+                    still = []
+                    for w in blocked:
+                        (ready if w.wait.spurious_ok else still).append(w)
+                    blocked = still
+                    if ready:
+                        continue
+                raise HangError("hang", "every live warp is blocked and no asynchronous work is pending",
+                                hang_report(grid, blocked))
+        if adversarial:
+            k = int(rng.integers(len(ready)))
+            ready.rotate(-k)
+            warp = ready.popleft()
+            budget = int(rng.integers(1, ADVERSARIAL_MAX_SLICE + 1))
+        else:
+            warp = ready.popleft()
+            budget = EAGER_SLICE
+        warp.wait = None
+        grid.instructions += warp.run(budget)
+        if grid.instructions > step_budget:
+            live = [w for w in warps if not w.done]
+            raise HangError("budget", f"step budget of {step_budget} warp instructions ran out",
+                            hang_report(grid, live))
+        if warp.done:
+            continue
+        if warp.wait is None:
+            ready.append(warp)
+        else:
+            blocked.append(warp)
+    drain(grid)
+    finish(grid)
+
+
+def finish(grid) -> None:
+    """Checks at grid completion: tensor memory freed, no tcgen05.ld left unwaited."""
+    for cta in grid.ctas:
+        live = cta._tmem.live() if cta._tmem is not None else None
+        if live:
+            raise EmulatorError("tmem", f"{cta.label} exited with tensor memory still allocated: {live}")
+
+
+def hang_report(grid, warps) -> str:
+    lines = []
+    for cta in grid.ctas:
+        rows = [w for w in cta.warps if w in warps]
+        if not rows:
+            continue
+        lines.append(f"{cta.label}:")
+        for w in rows:
+            instr = w.program.kernel.instructions[w.last_index]
+            state = w.wait.describe() if w.wait is not None else "runnable (step budget ran out)"
+            lines.append(f"  warp {w.warp_id} ({w.role}) at PTX line {instr.line} `{instr.text}`: {state}")
+    return "\n".join(lines)
