@@ -259,6 +259,8 @@ class Warp:
         self.wait = None  # a Wait while blocked
         self.last_index = 0  # the instruction last executed (for reports)
         self.cluster_arrival = None  # barrier.cluster generation this warp arrived in, until it waits
+        self.bulk_open = {}  # lane -> TMA stores not yet committed to a bulk group (bulk_copy.py)
+        self.bulk_groups = {}  # lane -> committed bulk groups, oldest first
         self.pending_loads = []  # tcgen05.ld results not yet waited for (tensor_core.py)
         self.label = f"{cta.label} warp {warp_id}"
 

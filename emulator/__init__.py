@@ -1,0 +1,96 @@
+"""A functional emulator of the sm_100a PTX that CuTe DSL emits, run on a CPU.
+
+The DSL compiles a kernel exactly as for a B200 (`CUTE_DSL_ARCH=sm_100a`); its generated host code packs
+the parameters and encodes the TMA descriptors as it would on one, and "launches" through a stub driver
+(driver.py) that records the launch instead of running it. The emulator then executes the kernel's PTX
+for that launch: every CTA of the grid, every warp, 32 lanes at a time, against the caller's CPU tensors
+as global memory.
+
+    from emulator import driver; driver.install()      # before cutlass is imported
+    import emulator
+    emu = emulator.Emulator(mode="adversarial", seed=1)
+    emu.register(a, b, c, ...)                          # CPU tensors the kernel may touch
+    stats = emu.call(compiled, *args)                   # compiled(*args), then run its launches
+
+The parts, laid out like the machine (STYLE.md section 4):
+
+| module | what it models |
+|---|---|
+| ptx.py | the PTX text: entries, parameters, `.shared` variables, instructions with their line numbers |
+| warp.py | a warp: registers as NumPy vectors of 32 lanes, operand types, SIMT branches (min-PC) |
+| isa/ | one handler per instruction family, each citing its PTX ISA section |
+| memory.py | global (registered host memory, bounds-checked), shared (per CTA, cluster-addressed), param |
+| machine.py | Grid > Cluster > Cta > Warp, mbarriers, named and cluster barriers |
+| scheduler.py | the cooperative warp scheduler, hang detection and its report |
+| async_ops.py | when TMA and tensor-core work completes: eager or adversarial |
+| tma.py | tensor maps (the 128-byte descriptor), box loads and stores, swizzles |
+| tcgen05.py | tensor memory, matrix and instruction descriptors, block-scaled MMA, tcgen05.cp/ld layouts |
+| driver.py, driver/ | the stub CUDA driver and the DSL runtime shim (C), built on first use |
+| launch.py | a recorded launch + PTX -> a grid run to completion |
+
+What it models, what it does not, and where NVIDIA's kernel settled what the ISA's text leaves open: see
+DESIGN.md beside this file.
+"""
+
+from __future__ import annotations
+
+from .errors import EmulatorError, HangError, UnimplementedInstruction  # noqa: F401
+from .launch import DEFAULT_STEP_BUDGET, RunStats, execute, filter_ptx
+from .memory import GlobalMemory
+
+
+class Emulator:
+    """Runs the launches a DSL call makes. `mode`: 'eager' or 'adversarial'; `seed` fixes the adversarial
+    order; `ptx_filter` is a shell command the PTX text is piped through first (planted defects);
+    `warp_roles` ({warp index: name}) and `barrier_names` ({shared offset: name}) label hang reports."""
+
+    def __init__(self, *, mode: str = "eager", seed: int = 0, ptx_filter: str | None = None,
+                 step_budget: int = DEFAULT_STEP_BUDGET, warp_roles=None, barrier_names=None):
+        self.mode = mode
+        self.seed = seed
+        self.ptx_filter = ptx_filter
+        self.step_budget = step_budget
+        self.warp_roles = warp_roles
+        self.barrier_names = barrier_names
+        self.memory = GlobalMemory()
+        self._registered = set()
+
+    def register(self, *tensors, name: str = "") -> None:
+        """CPU tensors (or any object with data_ptr() and nbytes) the kernel may access as global memory."""
+        for t in tensors:
+            address = t.data_ptr()
+            nbytes = t.untyped_storage().nbytes() if hasattr(t, "untyped_storage") else t.nbytes
+            start = t.untyped_storage().data_ptr() if hasattr(t, "untyped_storage") else address
+            if start not in self._registered:
+                self._registered.add(start)
+                self.memory.register(start, nbytes, name or f"tensor {tuple(getattr(t, 'shape', ()))}")
+
+    def run_pending(self, compiled) -> list:
+        """Execute every launch recorded since the last call; their PTX is `compiled`'s."""
+        from . import driver
+
+        for address, size in driver.allocations():
+            if address not in self._registered:
+                self._registered.add(address)
+                self.memory.register(address, size, "driver allocation")
+        stats = []
+        for launch in driver.take_launches():
+            ptx = filter_ptx(driver.kernel_ptx(compiled, launch.kernel_name), self.ptx_filter)
+            stats.append(execute(launch, ptx, self.memory, mode=self.mode, seed=self.seed,
+                                 step_budget=self.step_budget, barrier_names=self.barrier_names,
+                                 warp_roles=self.warp_roles))
+        return stats
+
+    def call(self, compiled, *args) -> list:
+        """`compiled(*args)` through the stub driver, then run the launches it made."""
+        from . import driver
+
+        driver.take_launches()  # drop launches nobody ran
+        compiled(*args)
+        return self.run_pending(compiled)
+
+
+def combine(stats: list) -> RunStats:
+    """One RunStats for several launches."""
+    return RunStats(sum(s.instructions for s in stats), sum(s.seconds for s in stats),
+                    sum(s.ctas for s in stats), sum(s.warps for s in stats))

@@ -1,0 +1,182 @@
+"""Bulk tensor copies (TMA): `cp.async.bulk.tensor`, bulk groups.
+
+PTX ISA 9.7.9.25.5.1 `cp.async.bulk.tensor`, 9.7.9.25.5.2/3 `cp.async.bulk.commit_group` /
+`cp.async.bulk.wait_group`. The box layout, swizzle and out-of-bounds fill are tma.py's; this module decides
+where the bytes go and which mbarriers are signalled:
+
+- **load, unicast** (`.shared::cluster.global ... .mbarrier::complete_tx::bytes`): the box lands at
+  `[dstMem]` (a shared::cluster address: any CTA of the cluster) and the mbarrier at `[mbar]` receives
+  complete-tx of the box's bytes. With `.cta_group::1` (or none) the mbarrier must be in the destination
+  CTA; with `.cta_group::2` it may be in the destination CTA or its peer (the CTA whose rank differs in
+  bit 0).
+- **load, `.multicast::cluster`**: the box lands at the same CTA-relative offset in every CTA of
+  `ctaMask`, and each destination signals the mbarrier at `[mbar]`'s CTA-relative offset: in that
+  destination CTA (`.cta_group::1`), or with `.cta_group::2` in the CTA of the destination's pair that
+  `[mbar]` names (its peer bit taken from `[mbar]`'s rank). NVIDIA's 2-CTA multicast form decided the
+  second reading where the ISA's words leave room.
+- **store** (`.global.shared::cta ... .bulk_group`): the box is read from the CTA's shared memory and
+  written to global memory, out-of-bounds elements skipped; it belongs to the thread's current bulk group.
+  `wait_group N` (with or without `.read`) returns once at most N of the thread's groups are pending: the
+  emulator completes the older ones then (the `.read` variant's distinction, source read vs. writes
+  visible, is not modelled: both happen at once).
+Not modelled: im2col and gather/scatter modes, `.reduce` (cp.reduce.async.bulk.tensor), 1-D bulk copies
+(`cp.async.bulk` without `.tensor`): each is an error naming the form.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import tma
+from ..async_ops import AsyncOp, issue
+from ..errors import EmulatorError
+from ..memory import split_shared
+from ..warp import instruction
+from .memory_ops import address_reader, resolve
+from .sync_ops import mbarrier_at
+
+
+def _tensor_map(w, address: int):
+    mem, offset = resolve(w, "generic", address, 1, "tensormap read")
+    if offset % 64:
+        raise EmulatorError("misaligned", f"tensormap at 0x{address:x} is not 64-B aligned")
+    return tma.decode_tensor_map(mem.read(offset, 128).tobytes())
+
+
+def _coords(program, vector):
+    readers = [program.reader(c, "s32") for c in vector.items]
+    return lambda w, lane: tuple(int(r(w)[lane]) for r in readers)
+
+
+@instruction("cp.async.bulk.tensor")
+def _bulk_tensor(instr, program):
+    mods = instr.modifiers
+    if "tile" not in mods:
+        raise EmulatorError("unimplemented", f"{instr.opcode} (only .tile mode)")
+    if mods[2] == "global":  # cp.async.bulk.tensor.Nd.global.shared::cta: a store
+        return _store(instr, program)
+    if mods[1] != "shared::cluster" or "mbarrier::complete_tx::bytes" not in mods:
+        raise EmulatorError("unimplemented", instr.opcode)
+    return _load(instr, program)
+
+
+def _load(instr, program):
+    mods = instr.modifiers
+    ops = instr.operands
+    dst = address_reader(program, ops[0])
+    tmap_addr = address_reader(program, ops[1])
+    coords = _coords(program, ops[1].items[2])
+    mbar = address_reader(program, ops[2])
+    multicast = "multicast::cluster" in mods
+    mask_reader = program.reader(ops[3], "u16") if multicast else None
+    pair = "cta_group::2" in mods
+    where = program.where(instr.index)
+
+    def handler(w, lane_mask):
+        d, t, b = dst(w), tmap_addr(w), mbar(w)
+        ctamask = mask_reader(w) if multicast else None
+        for lane in np.flatnonzero(lane_mask):
+            tmap = _tensor_map(w, int(t[lane]))
+            box = coords(w, lane)
+            d_rank, d_offset = split_shared(int(d[lane]))
+            b_rank, b_offset = split_shared(int(b[lane]))
+            if multicast:
+                m = int(ctamask[lane])
+                targets = [r for r in range(len(w.cta.cluster.ctas)) if m >> r & 1]
+                if not targets or m >> len(w.cta.cluster.ctas):
+                    raise EmulatorError("tma", f"ctaMask 0x{m:x} for a cluster of {len(w.cta.cluster.ctas)} CTAs")
+            else:
+                targets = [d_rank]
+            deliveries = []
+            for rank in targets:
+                if pair:
+                    bar_rank = (rank & ~1) | (b_rank & 1) if multicast else b_rank
+                    if bar_rank >> 1 != rank >> 1:
+                        raise EmulatorError("tma", f".cta_group::2 load into CTA rank {rank} signals an mbarrier "
+                                            f"in CTA rank {bar_rank}, outside its pair")
+                else:
+                    bar_rank = rank if multicast else b_rank
+                    if bar_rank != rank:
+                        raise EmulatorError("tma", f"load into CTA rank {rank} signals an mbarrier in CTA rank "
+                                            f"{bar_rank} (without .cta_group::2 it must be the same CTA)")
+                cta = w.cta.cluster.cta(rank, where)
+                bar_address = (bar_rank << 24) | b_offset
+                _, barrier = mbarrier_at(w, bar_address, True)
+                deliveries.append((cta, barrier))
+            gm = w.cta.grid.global_memory
+            nbytes = tma.box_bytes(tmap)
+            for cta, _ in deliveries:
+                cta.shared.check(d_offset, nbytes, "TMA load destination")
+
+            def deliver(tmap=tmap, box=box, deliveries=deliveries, d_offset=d_offset):
+                for cta, barrier in deliveries:
+                    address = (cta.rank << 24) | d_offset
+                    data, count = tma.load_box(tmap, box, gm.read, address)
+                    cta.shared.write(d_offset, data)
+                    barrier.complete_tx(w.cta.grid, count)
+
+            issue(w.cta.grid, AsyncOp(deliver, [b for _, b in deliveries], where))
+
+    return handler
+
+
+def _store(instr, program):
+    ops = instr.operands
+    tmap_addr = address_reader(program, ops[0])
+    coords = _coords(program, ops[0].items[2])
+    src = address_reader(program, ops[1])
+    if "bulk_group" not in instr.modifiers:
+        raise EmulatorError("unimplemented", f"{instr.opcode} (only bulk-group completion)")
+    where = program.where(instr.index)
+
+    def handler(w, lane_mask):
+        t, s = tmap_addr(w), src(w)
+        for lane in np.flatnonzero(lane_mask):
+            tmap = _tensor_map(w, int(t[lane]))
+            box = coords(w, lane)
+            rank, offset = split_shared(int(s[lane]))
+            if rank != w.cta.rank:
+                raise EmulatorError("shared-bounds", f"TMA store source 0x{int(s[lane]):x} is not in this CTA")
+            nbytes = tma.box_bytes(tmap)
+            w.cta.shared.check(offset, nbytes, "TMA store source")
+            gm = w.cta.grid.global_memory
+
+            def deliver(tmap=tmap, box=box, offset=offset, address=int(s[lane])):
+                tma.store_box(tmap, box, w.cta.shared.read(offset, nbytes), address, gm.write)
+
+            op = AsyncOp(deliver, (), where)
+            w.bulk_open.setdefault(int(lane), []).append(op)
+            issue(w.cta.grid, op)
+
+    return handler
+
+
+@instruction("cp.async.bulk.commit_group")
+def _commit_group(instr, program):
+    def handler(w, mask):
+        for lane in np.flatnonzero(mask):
+            w.bulk_groups.setdefault(int(lane), []).append(w.bulk_open.pop(int(lane), []))
+
+    return handler
+
+
+@instruction("cp.async.bulk.wait_group")
+def _wait_group(instr, program):
+    limit = instr.operands[0].value
+
+    def handler(w, mask):
+        for lane in np.flatnonzero(mask):
+            groups = w.bulk_groups.get(int(lane), [])
+            while len(groups) > limit:
+                for op in groups.pop(0):
+                    op.deliver(w.cta.grid)
+
+    return handler
+
+
+@instruction("cp.async.bulk", "cp.reduce.async.bulk", "cp.async.bulk.prefetch")
+def _bulk_other(instr, program):
+    def handler(w, mask):
+        raise EmulatorError("unimplemented", f"{instr.opcode} is not modelled (bulk_copy.py)")
+
+    return handler
