@@ -1,0 +1,330 @@
+"""Tensor-core instructions: tcgen05.{alloc,dealloc,relinquish_alloc_permit,cp,mma,commit,ld,wait,fence}
+and the warp-level matrix stores that feed epilogues (stmatrix).
+
+PTX ISA 9.7.16 (tcgen05): 9.7.16.7.1 alloc/dealloc/relinquish_alloc_permit, 9.7.16.8.4 tcgen05.cp,
+9.7.16.9 tcgen05.mma (block scaling 9.7.16.10.7), 9.7.16.11.1 tcgen05.commit, 9.7.16.8.3 tcgen05.ld,
+9.7.16.8.5 tcgen05.wait, 9.7.16.6.4 tcgen05.fence; 9.7.9.x stmatrix.
+
+The layouts and the arithmetic are tcgen05.py's; this module decides who executes what and when:
+- **The tensor pipe.** `tcgen05.cp` and `tcgen05.mma` are asynchronous and execute in issue order
+  (ISA 9.7.16.6 "pipelined tcgen05 instructions"). Each issuing CTA keeps a queue; `tcgen05.commit`
+  becomes an asynchronous operation that, when delivered (async_ops.py), first executes every queued
+  operation issued before it, then arrives once on its mbarrier (in each CTA of `ctaMask` with
+  `.multicast::cluster`). Eager mode executes each operation at issue.
+- **cta_group::2.** The MMA is issued by one CTA of the pair and uses both: tcgen05.py says which
+  operand rows and accumulator cells live in which CTA.
+- **tcgen05.ld** reads tensor memory when issued; the destination registers hold garbage (seeded random
+  bits) until `tcgen05.wait::ld` in adversarial mode, the values at once in eager mode.
+- `tcgen05.fence::*` orders tcgen05 operations around thread synchronization: with sequentially
+  consistent memory it has no effect here.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from .. import tcgen05
+from ..async_ops import AsyncOp, issue
+from ..errors import EmulatorError
+from ..memory import split_shared
+from ..warp import LANES, instruction
+from .memory_ops import address_reader
+from .sync_ops import mbarrier_at
+
+
+def _cta_group(instr) -> int:
+    return 2 if "cta_group::2" in instr.modifiers else 1
+
+
+def _pair(w, cta_group: int) -> list:
+    """The CTAs an instruction of `cta_group` acts on: this one, or this one and its peer (rank ^ 1)."""
+    if cta_group == 1:
+        return [w.cta]
+    cluster = w.cta.cluster
+    if len(cluster.ctas) < 2:
+        raise EmulatorError("tmem", ".cta_group::2 in a cluster of one CTA")
+    return sorted([w.cta, cluster.cta(w.cta.rank ^ 1, "")], key=lambda c: c.rank)
+
+
+def _queue(cta) -> deque:
+    if not hasattr(cta, "tensor_pipe"):
+        cta.tensor_pipe = deque()  # (sequence number, operation)
+        cta.tensor_issued = 0
+    return cta.tensor_pipe
+
+
+def _enqueue(w, operation) -> None:
+    """An asynchronous tensor-core operation of this CTA's pipe: now (eager) or at its commit."""
+    queue = _queue(w.cta)
+    w.cta.tensor_issued += 1
+    if w.cta.grid.mode == "eager":
+        operation()
+    else:
+        queue.append((w.cta.tensor_issued, operation))
+
+
+def _execute_through(cta, sequence: int) -> None:
+    queue = _queue(cta)
+    while queue and queue[0][0] <= sequence:
+        queue.popleft()[1]()
+
+
+def _single_lanes(mask):
+    return np.flatnonzero(mask)
+
+
+def _smem_reader(cta):
+    def read(address: int, nbytes: int) -> np.ndarray:
+        rank, offset = split_shared(address)
+        return cta.shared.read(offset, nbytes)
+
+    return read
+
+
+# --------------------------------------------------------------------------------------------------
+# allocation
+# --------------------------------------------------------------------------------------------------
+
+
+@instruction("tcgen05.alloc")
+def _alloc(instr, program):
+    dst = address_reader(program, instr.operands[0])
+    ncols = program.reader(instr.operands[1], "u32")
+    cta_group = _cta_group(instr)
+
+    def handler(w, mask):
+        n = int(ncols(w)[0])
+        column = tcgen05.allocate(w.cta.tmem, n, cta_group, [c.tmem for c in _pair(w, cta_group)])
+        rank, offset = split_shared(int(dst(w)[0]))
+        if rank != w.cta.rank:
+            raise EmulatorError("shared-bounds", "tcgen05.alloc writes its address to another CTA's memory")
+        w.cta.shared.write(offset, np.array([column], np.uint32))
+        w.cta.grid.progress += 1
+
+    return handler
+
+
+@instruction("tcgen05.dealloc")
+def _dealloc(instr, program):
+    taddr = program.reader(instr.operands[0], "u32")
+    ncols = program.reader(instr.operands[1], "u32")
+    cta_group = _cta_group(instr)
+
+    def handler(w, mask):
+        tcgen05.deallocate(w.cta.tmem, int(taddr(w)[0]), int(ncols(w)[0]), cta_group)
+        w.cta.grid.progress += 1
+
+    return handler
+
+
+@instruction("tcgen05.relinquish_alloc_permit")
+def _relinquish(instr, program):
+    return lambda w, mask: w.cta.tmem.relinquish()
+
+
+# --------------------------------------------------------------------------------------------------
+# copies, MMA, commit
+# --------------------------------------------------------------------------------------------------
+
+
+@instruction("tcgen05.cp")
+def _cp(instr, program):
+    """tcgen05.cp.cta_group.shape{.multicast} [taddr], s-desc: shared memory (through a matrix
+    descriptor) to tensor memory."""
+    mods = instr.modifiers
+    shape = next(m for m in mods if "x" in m and m[0].isdigit())
+    multicast = next((m for m in mods if m.startswith("warpx")), "")
+    if any(m in mods for m in ("b8x16", "b6x16_p32", "b4x16_p64")):
+        raise EmulatorError("unimplemented", f"{instr.opcode} (decompressing copies)")
+    cta_group = _cta_group(instr)
+    taddr = address_reader(program, instr.operands[0])
+    sdesc = program.reader(instr.operands[1], "u64")
+
+    def handler(w, mask):
+        t, d = taddr(w), sdesc(w)
+        for lane in _single_lanes(mask):
+            address, desc = int(t[lane]), int(d[lane])
+            ctas = _pair(w, cta_group)
+
+            def operation(address=address, desc=desc, ctas=ctas):
+                for cta in ctas:
+                    tcgen05.tcgen05_cp(cta.tmem, address, _smem_reader(cta), desc, shape, multicast)
+
+            _enqueue(w, operation)
+
+    return handler
+
+
+@instruction("tcgen05.mma")
+def _mma(instr, program):
+    """tcgen05.mma.cta_group.kind[.block_scale.scale_vec] [d], a-desc|[a-tmem], b-desc, idesc,
+    [scale-A], [scale-B], enable-input-d."""
+    mods = instr.modifiers
+    kind = next(m.split("::")[1] for m in mods if m.startswith("kind::"))
+    if "block_scale" not in mods:
+        raise EmulatorError("unimplemented", f"{instr.opcode} (only block-scaled kinds are modelled)")
+    scale_vec = next((m.split("::")[1] for m in mods if m.startswith("scale_vec::")), None)
+    cta_group = _cta_group(instr)
+    ops = instr.operands
+    if ops[1].kind == "addr":
+        raise EmulatorError("unimplemented", f"{instr.opcode} with A in tensor memory")
+    if len(ops) != 7:
+        raise EmulatorError("unimplemented", f"{instr.opcode}: {len(ops)} operands (disable-output-lane "
+                            "masks and collector hints are not modelled)")
+    d_addr = address_reader(program, ops[0])
+    a_desc, b_desc = program.reader(ops[1], "u64"), program.reader(ops[2], "u64")
+    idesc = program.reader(ops[3], "u32")
+    sfa_addr, sfb_addr = address_reader(program, ops[4]), address_reader(program, ops[5])
+    enable_d = program.reader(ops[6], "pred")
+
+    def handler(w, mask):
+        values = [r(w) for r in (d_addr, a_desc, b_desc, idesc, sfa_addr, sfb_addr)]
+        accumulate = enable_d(w)
+        if w.cta.rank % cta_group:
+            raise EmulatorError("tmem", ".cta_group::2 MMA issued by the odd CTA of the pair")
+        for lane in _single_lanes(mask):
+            d, a, b, i, sfa, sfb = (int(v[lane]) for v in values)
+            acc = bool(accumulate[lane])
+            ctas = _pair(w, cta_group)
+
+            def operation(d=d, a=a, b=b, i=i, sfa=sfa, sfb=sfb, acc=acc, ctas=ctas):
+                tcgen05.mma_block_scaled_instruction(
+                    kind=kind, scale_vec=scale_vec, cta_group=cta_group, d_tmem=d, a_desc=a, b_desc=b, idesc=i,
+                    sfa_tmem=sfa, sfb_tmem=sfb, accumulate=acc,
+                    tmems=[c.tmem for c in ctas], smem_readers=[_smem_reader(c) for c in ctas])
+
+            _enqueue(w, operation)
+
+    return handler
+
+
+@instruction("tcgen05.commit")
+def _commit(instr, program):
+    """tcgen05.commit.cta_group.mbarrier::arrive::one.shared::cluster{.multicast::cluster}.b64 [mbar]{, ctaMask}:
+    one arrival on the mbarrier (in every CTA of ctaMask) once every tcgen05 async operation this thread
+    issued before it has completed."""
+    mbar = address_reader(program, instr.operands[0])
+    multicast = "multicast::cluster" in instr.modifiers
+    cta_mask = program.reader(instr.operands[1], "u16") if multicast else None
+    where = program.where(instr.index)
+
+    def handler(w, mask):
+        b = mbar(w)
+        masks = cta_mask(w) if multicast else None
+        _queue(w.cta)
+        for lane in _single_lanes(mask):
+            rank, offset = split_shared(int(b[lane]))
+            if multicast:
+                m = int(masks[lane])
+                ranks = [r for r in range(len(w.cta.cluster.ctas)) if m >> r & 1]
+                if not ranks or m >> len(w.cta.cluster.ctas):
+                    raise EmulatorError("mbarrier", f"tcgen05.commit ctaMask 0x{m:x} for a cluster of "
+                                        f"{len(w.cta.cluster.ctas)}")
+            else:
+                ranks = [rank]
+            barriers = [mbarrier_at(w, (r << 24) | offset, True)[1] for r in ranks]
+            cta, sequence = w.cta, w.cta.tensor_issued
+
+            def deliver(cta=cta, sequence=sequence, barriers=barriers):
+                _execute_through(cta, sequence)
+                for barrier in barriers:
+                    barrier.arrive(cta.grid, 1)
+
+            issue(w.cta.grid, AsyncOp(deliver, barriers, where))
+
+    return handler
+
+
+# --------------------------------------------------------------------------------------------------
+# tensor memory -> registers
+# --------------------------------------------------------------------------------------------------
+
+
+@instruction("tcgen05.ld")
+def _ld(instr, program):
+    """tcgen05.ld.sync.aligned.shape.num{.pack}.b32 {r...}, [taddr]."""
+    mods = instr.modifiers
+    if "pack::16b" in mods:
+        raise EmulatorError("unimplemented", f"{instr.opcode} (.pack::16b)")
+    shape = mods[2]
+    num = int(mods[3][1:])
+    targets = instr.operands[0].items
+    writers = [program.writer(t, "b32") for t in targets]
+    taddr = address_reader(program, instr.operands[1])
+
+    def handler(w, mask):
+        t = taddr(w)
+        address = int(t[np.flatnonzero(mask)[0]])
+        if (t[mask] != address).any():
+            raise EmulatorError("tmem", "tcgen05.ld: the lanes give different tensor memory addresses")
+        values = tcgen05.tcgen05_ld(w.cta.tmem, address, shape, num, w.warp_id % 4)
+        if values.shape != (LANES, len(writers)):
+            raise EmulatorError("tmem", f"tcgen05.ld {shape}.x{num} yields {values.shape[1]} registers per "
+                                f"thread, the instruction names {len(writers)}")
+        if w.cta.grid.mode == "eager":
+            for k, write in enumerate(writers):
+                write(w, values[:, k], mask)
+            return
+        garbage = w.cta.grid.rng.integers(0, 1 << 32, size=(LANES, len(writers)), dtype=np.uint64)
+        for k, write in enumerate(writers):
+            write(w, garbage[:, k], mask)
+        w.pending_loads.append((writers, values, mask.copy()))
+
+    return handler
+
+
+@instruction("tcgen05.wait")
+def _wait(instr, program):
+    """tcgen05.wait::ld / ::st (9.7.16.8.5): the warp's earlier tcgen05.ld (st) have completed."""
+    if "wait::ld" in instr.opcode:
+        def handler(w, mask):
+            for writers, values, load_mask in w.pending_loads:
+                for k, write in enumerate(writers):
+                    write(w, values[:, k], load_mask)
+            w.pending_loads = []
+
+        return handler
+    return lambda w, mask: None
+
+
+@instruction("tcgen05.fence")
+def _fence(instr, program):
+    return lambda w, mask: None
+
+
+@instruction("tcgen05.st", "tcgen05.shift")
+def _not_modelled(instr, program):
+    def handler(w, mask):
+        raise EmulatorError("unimplemented", f"{instr.opcode} is not modelled (tensor_core.py)")
+
+    return handler
+
+
+# --------------------------------------------------------------------------------------------------
+# stmatrix
+# --------------------------------------------------------------------------------------------------
+
+
+@instruction("stmatrix")
+def _stmatrix(instr, program):
+    """stmatrix.sync.aligned.m8n8.num{.trans}.shared{::cta}.b16 [p], {r...} (9.7.9.x): each register
+    holds two b16 of one 8x8 matrix; lanes 8i..8i+7 give the row addresses of matrix i."""
+    mods = instr.modifiers
+    if "m8n8" not in mods:
+        raise EmulatorError("unimplemented", instr.opcode)
+    trans = "trans" in mods
+    addr = address_reader(program, instr.operands[0])
+    readers = [program.reader(r, "b32") for r in instr.operands[1].items]
+
+    def handler(w, mask):
+        rows = addr(w)
+        regs = np.stack([r(w) for r in readers], axis=1)  # (32 lanes, matrices)
+        for address, value in tcgen05.stmatrix_m8n8(rows, regs, trans):
+            rank, offset = split_shared(address)
+            if rank != w.cta.rank:
+                raise EmulatorError("shared-bounds", f"stmatrix to 0x{address:x}, another CTA's memory")
+            w.cta.shared.write(offset, np.array([value], np.uint16))
+
+    return handler

@@ -1,0 +1,235 @@
+"""Run an sm_100a kernel on this CPU, in the emulator, and check it against the exact reference.
+
+    python tools/emulate.py nvidia --mma-tiler 128,128 --cluster 1,1 --mnk 512,384,1024 \\
+        [--clusters N] [--mode eager|adversarial] [--seed S] [--ptx-filter CMD]
+    python tools/emulate.py submission --config CONFIG --spec "m: [..]; n: [..]; k: [..]; g: G; seed: S" \\
+        [--workers W] [--mode eager|adversarial] [--seed S] [--ptx-filter CMD] [--submission FILE]
+
+`nvidia` runs NVIDIA's dense_blockscaled_gemm_persistent.py (torch's copy of the CUTLASS v4.3.5 example) on
+random FP4 data and random e4m3 scales; `submission` runs submission.py's B200 kernel through its real host
+path (plan, schedule tables, LaunchArgs, CompiledLaunch) on the board's inputs for SPEC, with c poisoned and
+guard rows around each c. `--clusters` / `--workers` set how many clusters (pairs) the persistent grid has.
+`--ptx-filter CMD` pipes the PTX text through the shell command CMD before the emulator reads it.
+
+The last line is the verdict, then the figures: PASS, FAIL (an output beyond |out - ref| <= 1e-3 + 1e-3 |ref|),
+OUTSIDE (a cell outside a group's M x N was written), HANG (every warp blocked: the report precedes it), or
+ERROR (the emulator caught a defect, e.g. an out-of-bounds access: the PTX line is named). Exit status 0 only
+for PASS; FAIL 1, OUTSIDE 2, HANG 3, ERROR 4, a bad command line 5.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+EXIT = {"PASS": 0, "FAIL": 1, "OUTSIDE": 2, "HANG": 3, "ERROR": 4}
+ATOL = RTOL = 1e-3  # the board's check
+GUARD_ROWS = 2  # poisoned rows before and after each c
+POISON = 0x7E00  # fp16 NaN: a cell the kernel should have written and did not stays NaN
+GUARD = 0x5A5A
+
+
+def _pair(text: str) -> tuple:
+    try:
+        values = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated integers") from None
+    return values
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(prog="emulate.py", description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in ("nvidia", "submission"):
+        p = sub.add_parser(name)
+        p.add_argument("--mode", choices=("eager", "adversarial"), default="eager")
+        p.add_argument("--seed", type=int, default=0, help="adversarial order and (nvidia) data seed")
+        p.add_argument("--ptx-filter", metavar="CMD", help="shell command the PTX text is piped through")
+        p.add_argument("--step-budget", type=int, default=None, metavar="N", help="warp instructions before a HANG")
+        if name == "nvidia":
+            p.add_argument("--mma-tiler", type=_pair, default=(128, 128), metavar="M,N")
+            p.add_argument("--cluster", type=_pair, default=(1, 1), metavar="CM,CN")
+            p.add_argument("--mnk", type=_pair, default=(512, 384, 1024), metavar="M,N,K")
+            p.add_argument("--clusters", type=int, default=None, metavar="N",
+                           help="max active clusters (persistent grid size; default: a few, so tiles wrap)")
+        else:
+            p.add_argument("--config", default="shipped", metavar="TEXT", help="an SM100_CONFIG text")
+            p.add_argument("--spec", required=True, metavar="SPEC", help='"m: [..]; n: [..]; k: [..]; g: G; seed: S"')
+            p.add_argument("--workers", type=int, default=None, metavar="W",
+                           help="co-resident workers (clusters); default: a B200's (74 pairs or 148 CTAs)")
+            p.add_argument("--submission", type=Path, default=ROOT / "submission.py", metavar="FILE")
+    return parser.parse_args(argv)
+
+
+def verdict(word: str, figures: str) -> int:
+    print(f"{word} {figures}", flush=True)
+    return EXIT[word]
+
+
+def figures(max_error, stats, seconds) -> str:
+    rate = stats.instructions / stats.seconds if stats.seconds else 0.0
+    err = "n/a" if max_error is None else f"{max_error:.3g}"
+    return (f"max_error={err} instructions={stats.instructions} seconds={seconds:.1f} "
+            f"rate={rate / 1e3:.0f}k_instr/s ctas={stats.ctas}")
+
+
+# --------------------------------------------------------------------------------------------------
+# NVIDIA's kernel
+# --------------------------------------------------------------------------------------------------
+
+
+def run_nvidia(args, emulator) -> tuple:
+    import torch
+
+    from emulator.nvidia import NvidiaExample
+
+    m, n, k = args.mnk
+    example = NvidiaExample(tuple(args.mma_tiler), tuple(args.cluster), m, n, k, seed=args.seed,
+                            max_active_clusters=args.clusters)
+    emu = emulator.Emulator(mode=args.mode, seed=args.seed, ptx_filter=args.ptx_filter,
+                            warp_roles=example.warp_roles, **_budget(args))
+    emu.register(*example.tensors)
+    stats = emulator.combine(emu.call(example.compiled, *example.args))
+    out = example.output().to(torch.float64)
+    ref = example.reference().to(torch.float64)
+    return _compare([(out, ref, None)]), stats
+
+
+# --------------------------------------------------------------------------------------------------
+# submission.py's kernel
+# --------------------------------------------------------------------------------------------------
+
+
+class EmulatedB200:
+    """The device facts submission.py's host path asks for (its DEVICE seam), answered as a B200's."""
+
+    def __init__(self, workers: int | None):
+        self.workers = workers
+
+    def capability(self, device):
+        return (10, 0)
+
+    def co_resident_workers(self, device, cta_group: int) -> int:
+        return self.workers or 148 // cta_group
+
+    def stream(self, device):
+        class Stream:
+            cuda_stream = 0
+
+        return Stream()
+
+
+def board_inputs(spec: str):
+    """The board's inputs for SPEC (generate_input, on the CPU), each c poisoned and inside guard rows."""
+    import torch
+
+    import eval as harness
+    from reference import generate_input
+
+    values = harness.parse_spec_line(spec)
+    harness.check_spec_values(values, spec)
+    data = generate_input(**values)
+    guards = []
+    abc = []
+    for (a, b, c), (m, n, k, _) in zip(data[0], data[3]):
+        buffer = torch.full(((m + 2 * GUARD_ROWS) * n,), GUARD, dtype=torch.int16)
+        buffer[GUARD_ROWS * n:(GUARD_ROWS + m) * n] = POISON
+        c_view = buffer.view(torch.float16)[GUARD_ROWS * n:(GUARD_ROWS + m) * n].view(m, n, 1)
+        abc.append((a, b, c_view))
+        guards.append(buffer)
+    return (abc, data[1], data[2], data[3]), guards
+
+
+def run_submission(args, emulator) -> tuple:
+    import importlib.util
+
+    import torch
+
+    from reference import ref_kernel
+
+    spec = importlib.util.spec_from_file_location("submission", args.submission)
+    S = importlib.util.module_from_spec(spec)
+    sys.modules["submission"] = S
+    spec.loader.exec_module(S)
+    config = S.sm100_config(args.config)
+    S.SM100_CONFIG = args.config
+    S.DEVICE = EmulatedB200(args.workers)
+    data, guards = board_inputs(args.spec)
+    sizes = S.validate_inputs(data)
+    emu = emulator.Emulator(mode=args.mode, seed=args.seed, ptx_filter=args.ptx_filter,
+                            warp_roles=S.warp_roles(config) if hasattr(S, "warp_roles") else None,
+                            **_budget(args))
+    emu.register(*guards)
+    for group in (*data[0], *data[1], *data[2]):
+        emu.register(*group)
+    from emulator import driver
+
+    driver.take_launches()
+    outputs = S.custom_kernel(data)
+    for plan in S._plans.values():
+        emu.register(*plan.launch.buffers)
+    stats = emulator.combine(emu.run_pending(S.compile_sm100(len(sizes), config)))
+    reference = ref_kernel(data)
+    pairs = [(out.to(torch.float64), ref.to(torch.float64), buf) for out, ref, buf in zip(outputs, reference, guards)]
+    return _compare(pairs), stats
+
+
+def _compare(pairs):
+    """(verdict word, max error, message) over (out, ref, guard buffer) triples."""
+    import torch
+
+    worst = 0.0
+    for g, (out, ref, guard) in enumerate(pairs):
+        if guard is not None:
+            n = out.shape[1]
+            rows = guard.numel() // n
+            outside = torch.cat([guard[:GUARD_ROWS * n], guard[(rows - GUARD_ROWS) * n:]])
+            if (outside != GUARD).any():
+                return "OUTSIDE", None, f"group {g}: {(outside != GUARD).sum().item()} guard cells written"
+        err = (out - ref).abs()
+        bad = ~(err <= ATOL + RTOL * ref.abs())
+        worst = max(worst, float(torch.nan_to_num(err, nan=float("inf")).max()))
+        if bad.any():
+            idx = tuple(int(i) for i in bad.nonzero()[0])
+            return "FAIL", worst, (f"group {g}: {int(bad.sum())} of {bad.numel()} outputs wrong, first at "
+                                   f"{idx}: {float(out[idx])} vs {float(ref[idx])}")
+    return "PASS", worst, ""
+
+
+def _budget(args) -> dict:
+    return {} if args.step_budget is None else {"step_budget": args.step_budget}
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    os.environ.setdefault("CUTE_DSL_DISABLE_FILE_CACHING", "1")
+    start = time.perf_counter()
+    try:
+        from emulator import driver
+
+        driver.install()
+        import emulator
+    except Exception as e:  # noqa: BLE001 - the one line says why
+        print(f"ERROR setup: {e}", flush=True)
+        return EXIT["ERROR"]
+    try:
+        (word, max_error, message), stats = (run_nvidia if args.command == "nvidia" else run_submission)(args, emulator)
+    except emulator.HangError as e:
+        print(e.report, flush=True)
+        return verdict("HANG", f"{e.message} seconds={time.perf_counter() - start:.1f}")
+    except emulator.EmulatorError as e:
+        return verdict("ERROR", f"{e} seconds={time.perf_counter() - start:.1f}")
+    if message:
+        print(message, flush=True)
+    return verdict(word, figures(max_error, stats, time.perf_counter() - start))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
