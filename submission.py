@@ -644,6 +644,38 @@ class CompiledLaunch:
 
 
 # --------------------------------------------------------------------------------------------------
+# The device: the facts the host path asks for, in one place
+# --------------------------------------------------------------------------------------------------
+
+
+class CudaDevice:
+    """What the host path asks of the GPU: its compute capability, how many workers (clusters of
+    cta_group CTAs) can be resident at once, and the current stream. tools/emulate.py replaces
+    `DEVICE` with a B200 of its own to run the sm_100a kernel through this same host path on a CPU."""
+
+    def capability(self, device) -> tuple:
+        if device.type != "cuda":
+            raise ValueError(f"custom_kernel needs CUDA tensors on a {SUPPORTED_GPUS} GPU; the inputs are on {device}")
+        return torch.cuda.get_device_capability(device)
+
+    @functools.cache
+    def co_resident_workers(self, device, cta_group: int) -> int:
+        """Workers that can all be resident at once (a persistent grid larger than that would run
+        its last workers after the others): the driver's occupancy answer, as NVIDIA's examples size
+        their grids, at most the SMs / cta_group."""
+        with torch.cuda.device(device):
+            torch.cuda.synchronize()  # the device's context must be current for the driver's query
+            workers = utils.HardwareInfo(torch.cuda.current_device()).get_max_active_clusters(cta_group)
+        return min(workers, torch.cuda.get_device_properties(device).multi_processor_count // cta_group)
+
+    def stream(self, device):
+        return torch.cuda.current_stream(device)
+
+
+DEVICE = CudaDevice()
+
+
+# --------------------------------------------------------------------------------------------------
 # Plans: everything that depends only on the shapes, cached by shape signature
 # --------------------------------------------------------------------------------------------------
 
@@ -681,7 +713,7 @@ class ShapePlan:
         pointers = [t.data_ptr() for t in tensors]
         if functools.reduce(operator.or_, pointers) % 16:
             validate_inputs(data)  # names the misaligned tensor
-        stream = torch.cuda.current_stream(self.metadata[0][3])
+        stream = DEVICE.stream(self.metadata[0][3])
         # The launch arguments are one block per plan: two threads calling with one shape must not
         # launch with each other's addresses (the call into the host function releases the GIL).
         with self.launch_lock:
@@ -696,9 +728,7 @@ def _build_plan(data) -> ShapePlan:
     sizes = validate_inputs(data)
     tensors = _input_tensors(data)
     device = tensors[0].device
-    if device.type != "cuda":
-        raise ValueError(f"custom_kernel needs CUDA tensors on a {SUPPORTED_GPUS} GPU; the inputs are on {device}")
-    major, minor = torch.cuda.get_device_capability(device)
+    major, minor = DEVICE.capability(device)
     if major == 10:
         launch = make_sm100_launch(sizes, device, sm100_config())
     elif (major, minor) == (9, 0):
@@ -1624,21 +1654,10 @@ def compile_sm100(num_groups: int, config: Sm100Config | None = None):
     return _sm100_kernels[key]
 
 
-@functools.cache
-def _co_resident_workers(device, cta_group: int) -> int:
-    """Workers (clusters of cta_group CTAs) that can all be resident at once (a persistent grid
-    larger than that would run its last workers after the others): the driver's occupancy answer,
-    as NVIDIA's examples size their grids, at most the SMs / cta_group."""
-    with torch.cuda.device(device):
-        torch.cuda.synchronize()  # the device's context must be current for the driver's query
-        workers = utils.HardwareInfo(torch.cuda.current_device()).get_max_active_clusters(cta_group)
-    return min(workers, torch.cuda.get_device_properties(device).multi_processor_count // cta_group)
-
-
 def sm100_launch_args(sizes, device, config: Sm100Config):
     """One shape signature's launch arguments and the device tables they point to: its schedule
     over the device's workers, the sizes. The inputs' addresses arrive per call (ShapePlan.run)."""
-    records, offsets = sm100_schedule(sizes, _co_resident_workers(device, config.cta_group), config)
+    records, offsets = sm100_schedule(sizes, DEVICE.co_resident_workers(device, config.cta_group), config)
     tiles = torch.tensor(records, dtype=torch.int32, device=device)
     worker_tiles = torch.tensor(offsets, dtype=torch.int32, device=device)
     args = _sm100_args_layout(len(sizes))
