@@ -1,0 +1,416 @@
+"""TMA: the tensor map (the 128-byte `CUtensorMap`) and what a tiled bulk tensor copy moves.
+
+PTX ISA 5.5 ("Tensors") describes a tensor map's contents (5.5.1 dimensions, element types and the sub-byte
+types; 5.5.2 access modes; 5.5.3 tiled mode: bounding box, traversal stride, out-of-bound access; 5.5.6
+interleave; 5.5.7 swizzling modes; 5.5.8 the tensor-map object) and 9.7.9.25.5.1 `cp.async.bulk.tensor`
+the copies. The ISA calls the map opaque and gives no bit layout. The layout below was measured: the DSL's
+generated host code encodes every map itself (it never calls `cuTensorMapEncodeTiled`), and
+`tests/test_emulator_tma.py` keeps the descriptors it wrote for compiled variants (data types, ranks 2-5,
+swizzles, boxes, load/multicast/store ops; DSL 4.3.5 and 4.5.2 encode them alike), plus maps that a real
+driver's `cuTensorMapEncodeTiled` (CUDA 13.0, on an H100) wrote for the fields the DSL never varies
+(interleave, L2 promotion, OOB fill, traversal strides, im2col). Little-endian 64-bit words:
+
+| word | bits   | field                                                                      | source        |
+|------|--------|----------------------------------------------------------------------------|---------------|
+| 0    | 4-56   | global address (bits 0-3 of the address are zero: 16-byte aligned)         | DSL, driver   |
+| 1    | 0      | im2col mode (0: tiled)                                                     | driver        |
+| 1    | 1      | set by the DSL in every map, never by the driver; meaning unknown         | DSL           |
+| 1    | 4-6    | rank - 1                                                                   | DSL, driver   |
+| 1    | 7-10   | element format (`ElementFormat`)                                           | DSL, driver   |
+| 1    | 11-12  | interleave: 0 none, 1 16 B, 2 32 B                                        | driver        |
+| 1    | 13-14  | swizzle span: 0 none, 1 32 B, 2 64 B, 3 128 B                             | DSL, driver   |
+| 1    | 15     | out-of-bound fill: 0 zeros, 1 NaN                                          | driver        |
+| 1    | 16     | round f32 to tf32 (with format F32 or F32_FTZ: the tf32 types)             | DSL 4.5.2, driver |
+| 1    | 17-18  | L2 promotion: 0 none, 1 64 B, 2 128 B, 3 256 B (the DSL uses 2)           | driver        |
+| 1    | 19-20  | swizzle atomicity: 0 16 B, 1 32 B, 3 64 B (2: presumably 32 B + 8 B flip) | DSL           |
+| 1    | 21     | set by the DSL when the tensor spans >= 128 KiB, never by the driver       | DSL           |
+| 1    | 32-63  | stride of dim 1 in bytes, >> 4, low 32 bits                                | DSL, driver   |
+| 2    | 0-63   | strides of dims 2 and 3, >> 4, low 32 bits each                           | DSL, driver   |
+| 3    | 0-31   | stride of dim 4, >> 4, low 32 bits                                         | DSL, driver   |
+| 3    | 32-47  | bits 32-35 of each stride >> 4, 4 bits per dim 1..4                        | DSL, driver   |
+| 4, 5 | 32 each| size - 1 of dims 0..3                                                      | DSL, driver   |
+| 6    | 0-31   | size - 1 of dim 4                                                          | DSL, driver   |
+| 6    | 32-46  | traversal (element) stride - 1, 3 bits per dim 0..4                        | driver        |
+| 6    | 56-63  | box size - 1 of dim 0                                                      | DSL, driver   |
+| 7    | 0-31   | box size - 1 of dims 1..4, a byte each                                     | DSL, driver   |
+| 8-15 |        | the driver writes bookkeeping there (box bytes, shared-memory alignment); the DSL leaves zeros, and NVIDIA's kernels run on B200s with them: ignored |
+
+Dims, box and traversal strides count elements, innermost first; for the packed 4-bit format (`.b4x16`)
+an element is 4 bits. Any other bit set in words 0-7 is kept (`TensorMap.unknown_bits`) and refused by a
+copy, never ignored.
+
+Modeled: tiled loads (`load_box`) and stores (`store_box`) of ranks 1-5, element formats of 8 to 64 bits
+and packed 4-bit, swizzles none/32/64/128 B (128 B also with 32 B and 64 B atomicity), out-of-bound
+zero fill (and NaN fill where the hardware's value is known), traversal strides on loads, the transaction
+bytes of a box (`box_bytes`). Not modeled, each a NotImplementedError naming it: im2col (and its ::w
+forms), gather4/scatter4 (no tiled map asks for them; bulk_copy.py refuses those instruction forms),
+interleaved layouts, the padded sub-byte formats (.b4x16_p64, .b6x16_p32), conversions on copy (tf32
+rounding, FTZ formats), reductions (`cp.reduce.async.bulk.tensor`, refused by bulk_copy.py), L2 promotion
+(a cache hint: accepted and ignored).
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from .errors import EmulatorError
+
+TENSOR_MAP_BYTES = 128
+
+
+class ElementFormat(enum.IntEnum):
+    """Word 1 bits 7-10. The numbering is the hardware's (the DSL's `TmaDataFormat` enum, "bits 74-71 of
+    the TMA descriptor"), not the driver's `CUtensorMapDataType`; ISA 5.5.1 names the sub-byte types."""
+
+    U8 = 0
+    U16 = 1
+    U32 = 2
+    S32 = 3
+    U64 = 4
+    S64 = 5
+    F16 = 6
+    F32 = 7
+    F32_FTZ = 8
+    F64 = 9
+    BF16 = 10
+    B4X16 = 11  # packed 4-bit: 16 elements in 8 bytes, in global and in shared memory alike
+    B4X16_P64 = 12  # 16 packed 4-bit elements, 8 bytes of padding appended in shared memory
+    B6X16_P32 = 13  # 16 packed 6-bit elements, 4 bytes of padding appended in shared memory
+
+
+ELEMENT_BITS = {
+    ElementFormat.U8: 8, ElementFormat.U16: 16, ElementFormat.U32: 32, ElementFormat.S32: 32,
+    ElementFormat.U64: 64, ElementFormat.S64: 64, ElementFormat.F16: 16, ElementFormat.F32: 32,
+    ElementFormat.F32_FTZ: 32, ElementFormat.F64: 64, ElementFormat.BF16: 16, ElementFormat.B4X16: 4,
+    ElementFormat.B4X16_P64: 4, ElementFormat.B6X16_P32: 6,
+}
+
+
+class Interleave(enum.IntEnum):
+    NONE = 0
+    B16 = 1
+    B32 = 2
+
+
+class Swizzle(enum.IntEnum):
+    """The span of the swizzle pattern's rows (ISA 5.5.7)."""
+
+    NONE = 0
+    B32 = 1
+    B64 = 2
+    B128 = 3
+
+
+class SwizzleAtomicity(enum.IntEnum):
+    """The unit the swizzle moves: 16 B by default; the 128 B swizzle may move 32 B or 64 B units."""
+
+    B16 = 0
+    B32 = 1
+    B32_FLIP_8B = 2
+    B64 = 3
+
+
+class L2Promotion(enum.IntEnum):
+    NONE = 0
+    B64 = 1
+    B128 = 2
+    B256 = 3
+
+
+class OobFill(enum.IntEnum):
+    ZERO = 0
+    NAN = 1
+
+
+@dataclass(frozen=True)
+class TensorMap:
+    """A decoded tensor map. Dims, box and element strides count elements, innermost first; `strides`
+    holds the byte strides of dims 1..rank-1 (dim 0 is contiguous)."""
+
+    global_address: int
+    rank: int
+    element_format: ElementFormat
+    round_to_tf32: bool
+    dims: tuple[int, ...]
+    strides: tuple[int, ...]
+    box: tuple[int, ...]
+    element_strides: tuple[int, ...]
+    interleave: Interleave
+    swizzle: Swizzle
+    swizzle_atomicity: SwizzleAtomicity
+    l2_promotion: L2Promotion
+    oob_fill: OobFill
+    im2col: bool
+    dsl_bit1: bool
+    dsl_large_tensor: bool
+    unknown_bits: tuple[int, ...]  # words 0-7 with every decoded field masked out
+    raw: bytes
+
+    @property
+    def element_bits(self) -> int:
+        return ELEMENT_BITS[self.element_format]
+
+    def describe(self) -> str:
+        return (f"tensor map @0x{self.global_address:x} {self.element_format.name} rank {self.rank} dims {self.dims} "
+                f"strides {self.strides} box {self.box} swizzle {self.swizzle.name}")
+
+
+def _bits(word: int, low: int, count: int) -> int:
+    return (word >> low) & ((1 << count) - 1)
+
+
+# Word 1's decoded fields, as (low bit, bit count); every other bit of words 0-7 must be zero.
+_WORD1_FIELDS = {"im2col": (0, 1), "dsl_bit1": (1, 1), "rank": (4, 3), "format": (7, 4), "interleave": (11, 2),
+                 "swizzle": (13, 2), "oob": (15, 1), "tf32": (16, 1), "l2": (17, 2), "atomicity": (19, 2),
+                 "dsl_large": (21, 1), "stride1": (32, 32)}
+
+
+def _known_masks(rank: int) -> list[int]:
+    """Per word 0-7, the bits the decoder reads for a map of this rank."""
+    word1 = 0
+    for low, count in _WORD1_FIELDS.values():
+        word1 |= ((1 << count) - 1) << low
+    full32 = 0xFFFF_FFFF
+    return [
+        ((1 << 53) - 1) << 4,
+        word1,
+        full32 | full32 << 32,
+        full32 | 0xFFFF << 32,
+        full32 | full32 << 32,
+        full32 | full32 << 32,
+        full32 | 0x7FFF << 32 | 0xFF << 56,
+        full32,
+    ]
+
+
+def decode_tensor_map(raw: bytes) -> TensorMap:
+    """The fields of a 128-byte tensor map (layout: the module docstring's table). Decoding never refuses a
+    map: fields the emulator cannot copy with are refused by `load_box` / `store_box`."""
+    if len(raw) != TENSOR_MAP_BYTES:
+        raise ValueError(f"a tensor map is {TENSOR_MAP_BYTES} bytes, got {len(raw)}")
+    w = struct.unpack("<16Q", raw)
+    rank = _bits(w[1], 4, 3) + 1
+    size_fields = [_bits(w[4], 0, 32), _bits(w[4], 32, 32), _bits(w[5], 0, 32), _bits(w[5], 32, 32), _bits(w[6], 0, 32)]
+    low_strides = [_bits(w[1], 32, 32), _bits(w[2], 0, 32), _bits(w[2], 32, 32), _bits(w[3], 0, 32)]
+    strides = tuple((low_strides[i] | _bits(w[3], 32 + 4 * i, 4) << 32) << 4 for i in range(rank - 1))
+    box_fields = [_bits(w[6], 56, 8)] + [_bits(w[7], 8 * i, 8) for i in range(4)]
+    element_strides = tuple(_bits(w[6], 32 + 3 * i, 3) + 1 for i in range(rank))
+    unknown = tuple(w[i] & ~m & 0xFFFF_FFFF_FFFF_FFFF for i, m in enumerate(_known_masks(rank)))
+    fmt = _bits(w[1], 7, 4)
+    return TensorMap(
+        global_address=_bits(w[0], 4, 53) << 4,
+        rank=rank,
+        element_format=ElementFormat(fmt) if fmt in ElementFormat._value2member_map_ else fmt,
+        round_to_tf32=bool(_bits(w[1], 16, 1)),
+        dims=tuple(s + 1 for s in size_fields[:rank]),
+        strides=strides,
+        box=tuple(b + 1 for b in box_fields[:rank]),
+        element_strides=element_strides,
+        interleave=Interleave(_bits(w[1], 11, 2)) if _bits(w[1], 11, 2) < 3 else _bits(w[1], 11, 2),
+        swizzle=Swizzle(_bits(w[1], 13, 2)),
+        swizzle_atomicity=SwizzleAtomicity(_bits(w[1], 19, 2)),
+        l2_promotion=L2Promotion(_bits(w[1], 17, 2)),
+        oob_fill=OobFill(_bits(w[1], 15, 1)),
+        im2col=bool(_bits(w[1], 0, 1)),
+        dsl_bit1=bool(_bits(w[1], 1, 1)),
+        dsl_large_tensor=bool(_bits(w[1], 21, 1)),
+        unknown_bits=unknown,
+        raw=bytes(raw),
+    )
+
+
+# ---- swizzles (ISA 5.5.7) ----
+
+# The 128 B swizzle's 16-byte chunk index (address bits 4-6) is XORed with the 128-byte row index within
+# the 1024-byte pattern (bits 7-9); 64 B and 32 B use 2 and 1 bits. As CuTe Swizzle<bits, base, shift>
+# on byte addresses: address ^ ((address >> shift) & (((1 << bits) - 1) << base)). The atomicity forms
+# are the smem layouts the DSL pairs with those descriptor bits (MN_SW128_32B is Swizzle<2,5,2>;
+# Swizzle<1,6,1> gets atomicity 3): NVIDIA's kernels pass with those pairs, the ISA's text is figures.
+_SWIZZLE_FUNCTION = {
+    (Swizzle.B32, SwizzleAtomicity.B16): (1, 4, 3),
+    (Swizzle.B64, SwizzleAtomicity.B16): (2, 4, 3),
+    (Swizzle.B128, SwizzleAtomicity.B16): (3, 4, 3),
+    (Swizzle.B128, SwizzleAtomicity.B32): (2, 5, 2),
+    (Swizzle.B128, SwizzleAtomicity.B64): (1, 6, 1),
+}
+
+
+def swizzled_address(tmap: TensorMap, address: int) -> int:
+    """The shared-memory address a byte at `address` of the box's row-major image lands at."""
+    if tmap.swizzle == Swizzle.NONE:
+        return address
+    bits, base, shift = _SWIZZLE_FUNCTION[(tmap.swizzle, tmap.swizzle_atomicity)]
+    return address ^ ((address >> shift) & (((1 << bits) - 1) << base))
+
+
+def _chunk_permutation(tmap: TensorMap, smem_address: int, nbytes: int) -> np.ndarray | None:
+    """For each 16-byte unit of the box's row-major image, the unit of shared memory it lands in (relative
+    to `smem_address`); None without a swizzle."""
+    if tmap.swizzle == Swizzle.NONE:
+        return None
+    bits, base, shift = _SWIZZLE_FUNCTION[(tmap.swizzle, tmap.swizzle_atomicity)]
+    addresses = smem_address + 16 * np.arange(nbytes // 16, dtype=np.int64)
+    units = (addresses ^ ((addresses >> shift) & (((1 << bits) - 1) << base))) - smem_address
+    if smem_address % 16 or nbytes % 16 or units.min() < 0 or units.max() >= nbytes:
+        # The swizzle moves 16 B units within aligned blocks of 2**(base+bits) bytes; a box that covers
+        # such a block only in part would spill outside its own bytes.
+        raise NotImplementedError(
+            f"a {tmap.swizzle.name}-swizzled box of {nbytes} B at shared address 0x{smem_address:x} that covers "
+            f"its {1 << (base + bits)}-byte swizzle blocks only in part")
+    return units // 16
+
+
+# ---- what a copy moves ----
+
+# Out-of-bound elements under OobFill.NAN: every 16-bit half of the element is 0x7FF7, whatever the float
+# format (seen on an H100 for f16, bf16, f32 and f64). The driver refuses NaN fill for integer formats.
+_NAN_HALF = np.array([0xF7, 0x7F], dtype=np.uint8)
+_NAN_FORMATS = (ElementFormat.F16, ElementFormat.BF16, ElementFormat.F32, ElementFormat.F64)
+
+# Alignments an H100 enforces (the ISA text names neither): a misaligned shared address faults
+# ("misaligned address"), a box whose innermost coordinate is not at a 16-byte boundary faults ("illegal
+# instruction"), and so does a TMA store at a negative coordinate.
+SHARED_ALIGNMENT = 128
+INNER_COORD_ALIGNMENT = 16
+STORE_UNIT = 16  # a TMA store writes the in-bounds part of a row rounded up to whole 16-byte units
+
+
+def _require_modeled(tmap: TensorMap) -> None:
+    """Refuse, naming it, any feature of the map the copies below do not model."""
+    if any(tmap.unknown_bits):
+        words = ", ".join(f"word {i}: 0x{b:x}" for i, b in enumerate(tmap.unknown_bits) if b)
+        raise NotImplementedError(f"tensor map with undecoded bits set ({words})")
+    if tmap.im2col:
+        raise NotImplementedError("im2col tensor maps")
+    if not isinstance(tmap.element_format, ElementFormat):
+        raise NotImplementedError(f"tensor map element format {tmap.element_format}")
+    if tmap.element_format in (ElementFormat.B4X16_P64, ElementFormat.B6X16_P32):
+        raise NotImplementedError(f"padded sub-byte element format {tmap.element_format.name}")
+    if tmap.round_to_tf32 or tmap.element_format == ElementFormat.F32_FTZ:
+        raise NotImplementedError("tensor map formats that convert on copy (tf32 rounding, FTZ)")
+    if tmap.interleave != Interleave.NONE:
+        raise NotImplementedError(f"interleaved tensor maps ({tmap.interleave!r})")
+    if tmap.swizzle != Swizzle.NONE and (tmap.swizzle, tmap.swizzle_atomicity) not in _SWIZZLE_FUNCTION:
+        raise NotImplementedError(f"swizzle {tmap.swizzle.name} with atomicity {tmap.swizzle_atomicity.name}")
+    if tmap.oob_fill == OobFill.NAN and tmap.element_format not in _NAN_FORMATS:
+        raise NotImplementedError(f"NaN out-of-bound fill for {tmap.element_format.name}")
+    row_bytes = tmap.box[0] * tmap.element_bits // 8
+    if (tmap.box[0] * tmap.element_bits) % 128:
+        raise NotImplementedError(f"a box row of {tmap.box[0]} x {tmap.element_bits} bits, not whole 16-byte units")
+    span = 16 << tmap.swizzle if tmap.swizzle != Swizzle.NONE else 0
+    if row_bytes < span and box_extent(tmap)[1:] and int(np.prod(box_extent(tmap)[1:])) > 1:
+        # Seen on an H100: such rows are pitched at the swizzle span, the gaps left unwritten, and the
+        # transaction count appears to follow the pitch.
+        raise NotImplementedError(f"{tmap.swizzle.name}-swizzled box rows of {row_bytes} B, shorter than the span")
+
+
+def box_extent(tmap: TensorMap) -> tuple[int, ...]:
+    """Elements the box holds per dim, innermost first. A traversal stride s on an outer dim takes every
+    s-th element of the bounding box, ceil(box / s) of them (ISA 5.5.3.2); on dim 0 an H100 ignores it
+    and loads the whole row (the DSL never sets one: all its maps have strides of 1)."""
+    return (tmap.box[0],) + tuple(-(-b // s) for b, s in zip(tmap.box[1:], tmap.element_strides[1:]))
+
+
+def box_bytes(tmap: TensorMap) -> int:
+    """Bytes one load of a box writes to shared memory, out-of-bound elements included: the transaction
+    count its mbarrier completes (ISA 9.7.9.25.5.1; 5.5.3.3: out-of-bound elements are filled, not
+    skipped; an H100 completes exactly this count for boxes partly and wholly out of bounds)."""
+    return int(np.prod(box_extent(tmap), dtype=np.int64)) * tmap.element_bits // 8
+
+
+def _check_addresses(tmap: TensorMap, coords: tuple[int, ...], smem_address: int, store: bool) -> None:
+    if len(coords) != tmap.rank:
+        raise EmulatorError("tma", f"{len(coords)} coordinates for a rank-{tmap.rank} {tmap.describe()}")
+    if smem_address % SHARED_ALIGNMENT:
+        raise EmulatorError("misaligned", f"TMA shared-memory address 0x{smem_address:x} is not "
+                            f"{SHARED_ALIGNMENT}-byte aligned")
+    if (coords[0] * tmap.element_bits) % (8 * INNER_COORD_ALIGNMENT):
+        raise EmulatorError("misaligned", f"TMA box at innermost coordinate {coords[0]}: not at a "
+                            f"{INNER_COORD_ALIGNMENT}-byte boundary ({tmap.describe()})")
+    if store and min(coords) < 0:
+        raise EmulatorError("tma", f"TMA store at negative coordinates {coords} ({tmap.describe()})")
+
+
+def _rows(tmap: TensorMap, coords: tuple[int, ...]) -> list[tuple[int, int | None]]:
+    """The box's rows (every dim but the innermost) in row-major order: (row index, global byte address
+    of the row's element at inner coordinate 0, or None where an outer coordinate is out of bounds)."""
+    extent = box_extent(tmap)
+    if tmap.rank == 1:
+        return [(0, tmap.global_address)]
+    outer = [np.arange(n, dtype=np.int64) * s + c
+             for n, s, c in zip(extent[1:], tmap.element_strides[1:], coords[1:])]
+    grids = np.meshgrid(*outer[::-1], indexing="ij")  # the outermost dim varies slowest
+    per_dim = [g.reshape(-1) for g in grids[::-1]]  # dim 1 first again
+    inside = np.ones(per_dim[0].shape, dtype=bool)
+    address = np.full(per_dim[0].shape, tmap.global_address, dtype=np.int64)
+    for c, size, stride in zip(per_dim, tmap.dims[1:], tmap.strides):
+        inside &= (c >= 0) & (c < size)
+        address += c * stride
+    return [(row, a if ok else None) for row, (ok, a) in enumerate(zip(inside.tolist(), address.tolist()))]
+
+
+def load_box(tmap: TensorMap, coords: tuple[int, ...], read_global: Callable[[int, int], np.ndarray],
+             smem_address: int) -> tuple[np.ndarray, int]:
+    """What `cp.async.bulk.tensor.Nd.shared::cluster.global.tile` writes to shared memory at
+    `smem_address`: the box at `coords` (elements, innermost first; ISA 5.5.3.1), row-major, out-of-bound
+    elements filled (ISA 5.5.3.3), swizzled on the shared-memory address bits (ISA 5.5.7). Returns the
+    bytes to store at `smem_address` and the transaction bytes (the same count: the whole box).
+    `read_global(address, nbytes)` reads global memory; it is called once per row, for the row's
+    in-bounds elements."""
+    _require_modeled(tmap)
+    _check_addresses(tmap, coords, smem_address, store=False)
+    nbytes = box_bytes(tmap)
+    bits = tmap.element_bits
+    row_bytes = tmap.box[0] * bits // 8
+    if tmap.oob_fill == OobFill.NAN:
+        image = np.tile(_NAN_HALF, nbytes // 2).reshape(-1, row_bytes)
+    else:
+        image = np.zeros((nbytes // row_bytes, row_bytes), dtype=np.uint8)
+    c0 = coords[0]
+    first, last = max(0, -c0), min(tmap.box[0], tmap.dims[0] - c0)  # in-bounds box elements of a row
+    if last > first:
+        lo, hi = first * bits // 8, last * bits // 8
+        offset = (c0 + first) * bits // 8
+        for row, address in _rows(tmap, coords):
+            if address is not None:
+                image[row, lo:hi] = read_global(address + offset, hi - lo)
+    image = image.reshape(-1)
+    units = _chunk_permutation(tmap, smem_address, nbytes)
+    if units is not None:
+        placed = np.empty_like(image)
+        placed.reshape(-1, 16)[units] = image.reshape(-1, 16)
+        image = placed
+    return image, nbytes
+
+
+def store_box(tmap: TensorMap, coords: tuple[int, ...], smem_bytes: np.ndarray, smem_address: int,
+              write_global: Callable[[int, np.ndarray], None]) -> None:
+    """What `cp.async.bulk.tensor.Nd.global.shared::cta.tile` writes to global memory: the box at
+    `coords`, read from the `box_bytes(tmap)` bytes of shared memory at `smem_address` (swizzled as a load
+    would have placed them) and written row by row; out-of-bound rows are not written (ISA 5.5.3.3), and
+    of a row that crosses the tensor's end the in-bounds bytes rounded up to whole 16-byte units are (as
+    an H100 does: the elements past the end inside the last unit are written too)."""
+    _require_modeled(tmap)
+    _check_addresses(tmap, coords, smem_address, store=True)
+    nbytes = box_bytes(tmap)
+    smem_bytes = np.asarray(smem_bytes, dtype=np.uint8).reshape(-1)
+    if smem_bytes.size != nbytes:
+        raise EmulatorError("tma", f"TMA store of {smem_bytes.size} B from shared memory; the box holds {nbytes}")
+    units = _chunk_permutation(tmap, smem_address, nbytes)
+    image = smem_bytes.reshape(-1, 16)[units].reshape(-1) if units is not None else smem_bytes
+    bits = tmap.element_bits
+    row_bytes = tmap.box[0] * bits // 8
+    image = image.reshape(-1, row_bytes)
+    inside = min(tmap.box[0], tmap.dims[0] - coords[0]) * bits // 8
+    if inside <= 0:
+        return
+    written = min(row_bytes, -(-inside // STORE_UNIT) * STORE_UNIT)
+    offset = coords[0] * bits // 8
+    for row, address in _rows(tmap, coords):
+        if address is not None:
+            write_global(address + offset, image[row, :written])
