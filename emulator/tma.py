@@ -20,7 +20,7 @@ driver's `cuTensorMapEncodeTiled` (CUDA 13.0, on an H100) wrote for the fields t
 | 1    | 11-12  | interleave: 0 none, 1 16 B, 2 32 B                                        | driver        |
 | 1    | 13-14  | swizzle span: 0 none, 1 32 B, 2 64 B, 3 128 B                             | DSL, driver   |
 | 1    | 15     | out-of-bound fill: 0 zeros, 1 NaN                                          | driver        |
-| 1    | 16     | round f32 to tf32 (with format F32 or F32_FTZ: the tf32 types)             | DSL 4.5.2, driver |
+| 1    | 16     | round f32 to tf32 (with format F32 or F32_FTZ: the tf32 types)             | DSL, driver   |
 | 1    | 17-18  | L2 promotion: 0 none, 1 64 B, 2 128 B, 3 256 B (the DSL uses 2)           | driver        |
 | 1    | 19-20  | swizzle atomicity: 0 16 B, 1 32 B, 3 64 B (2: presumably 32 B + 8 B flip) | DSL           |
 | 1    | 21     | set by the DSL when the tensor spans >= 128 KiB, never by the driver       | DSL           |
@@ -33,16 +33,25 @@ driver's `cuTensorMapEncodeTiled` (CUDA 13.0, on an H100) wrote for the fields t
 | 6    | 32-46  | traversal (element) stride - 1, 3 bits per dim 0..4                        | driver        |
 | 6    | 56-63  | box size - 1 of dim 0                                                      | DSL, driver   |
 | 7    | 0-31   | box size - 1 of dims 1..4, a byte each                                     | DSL, driver   |
-| 8-15 |        | the driver writes bookkeeping there (box bytes, shared-memory alignment); the DSL leaves zeros, and NVIDIA's kernels run on B200s with them: ignored |
+| 8-15 |        | ignored: driver bookkeeping; DSL 4.3.5 writes zeros, 4.5.2 leaves garbage   | all           |
 
 Dims, box and traversal strides count elements, innermost first; for the packed 4-bit format (`.b4x16`)
 an element is 4 bits. Any other bit set in words 0-7 is kept (`TensorMap.unknown_bits`) and refused by a
-copy, never ignored.
+copy, never ignored. The DSL encodes the same map for sm_90a as for sm_100a.
+
+What the copies do was checked on an H100's TMA unit (the test's HARDWARE_CASES: every modeled case
+byte-exact, every fault matched by an EmulatorError), and is assumed to hold on sm_100 where the ISA's text
+is silent: the swizzle follows the shared-memory address bits (a box at a 128-byte but not 1024-byte aligned
+address gets the pattern's later rows); out-of-bound elements are filled element by element and count toward
+the transaction bytes, whole boxes out of bounds included; NaN fill writes 0x7FF7 into every 16-bit half;
+dim 0's traversal stride is ignored; a store writes a row's in-bounds bytes rounded up to 16-byte units; it
+faults on a shared address not 128-byte aligned, an innermost coordinate not at a 16-byte boundary, and a
+store at a negative coordinate; swizzled rows shorter than the span are pitched at the span (not modeled).
 
 Modeled: tiled loads (`load_box`) and stores (`store_box`) of ranks 1-5, element formats of 8 to 64 bits
 and packed 4-bit, swizzles none/32/64/128 B (128 B also with 32 B and 64 B atomicity), out-of-bound
-zero fill (and NaN fill where the hardware's value is known), traversal strides on loads, the transaction
-bytes of a box (`box_bytes`). Not modeled, each a NotImplementedError naming it: im2col (and its ::w
+zero and NaN fill, traversal strides, the transaction bytes of a box (`box_bytes`), the faults above
+(`check_copy`, EmulatorError). Not modeled, each a NotImplementedError naming it: im2col (and its ::w
 forms), gather4/scatter4 (no tiled map asks for them; bulk_copy.py refuses those instruction forms),
 interleaved layouts, the padded sub-byte formats (.b4x16_p64, .b6x16_p32), conversions on copy (tf32
 rounding, FTZ formats), reductions (`cp.reduce.async.bulk.tensor`, refused by bulk_copy.py), L2 promotion
@@ -79,6 +88,8 @@ class ElementFormat(enum.IntEnum):
     F64 = 9
     BF16 = 10
     B4X16 = 11  # packed 4-bit: 16 elements in 8 bytes, in global and in shared memory alike
+    # The next two by their DSL names U4_UNPACK_U8 / U6_UNPACK_U8 and the driver's 16U4_ALIGN16B /
+    # 16U6_ALIGN16B: 16 elements padded to 16 bytes in shared memory (not modeled).
     B4X16_P64 = 12  # 16 packed 4-bit elements, 8 bytes of padding appended in shared memory
     B6X16_P32 = 13  # 16 packed 6-bit elements, 4 bytes of padding appended in shared memory
 
@@ -156,7 +167,8 @@ class TensorMap:
         return ELEMENT_BITS[self.element_format]
 
     def describe(self) -> str:
-        return (f"tensor map @0x{self.global_address:x} {self.element_format.name} rank {self.rank} dims {self.dims} "
+        fmt = getattr(self.element_format, "name", self.element_format)
+        return (f"tensor map @0x{self.global_address:x} {fmt} rank {self.rank} dims {self.dims} "
                 f"strides {self.strides} box {self.box} swizzle {self.swizzle.name}")
 
 
@@ -164,62 +176,62 @@ def _bits(word: int, low: int, count: int) -> int:
     return (word >> low) & ((1 << count) - 1)
 
 
-# Word 1's decoded fields, as (low bit, bit count); every other bit of words 0-7 must be zero.
+# Word 1's fields, as (low bit, bit count).
 _WORD1_FIELDS = {"im2col": (0, 1), "dsl_bit1": (1, 1), "rank": (4, 3), "format": (7, 4), "interleave": (11, 2),
                  "swizzle": (13, 2), "oob": (15, 1), "tf32": (16, 1), "l2": (17, 2), "atomicity": (19, 2),
                  "dsl_large": (21, 1), "stride1": (32, 32)}
+_FULL32 = 0xFFFF_FFFF
+# Per word 0-7, the bits the decoder reads; any other bit set is kept as unknown.
+_KNOWN_BITS = (
+    ((1 << 53) - 1) << 4,
+    sum(((1 << count) - 1) << low for low, count in _WORD1_FIELDS.values()),
+    _FULL32 | _FULL32 << 32,
+    _FULL32 | 0xFFFF << 32,
+    _FULL32 | _FULL32 << 32,
+    _FULL32 | _FULL32 << 32,
+    _FULL32 | 0x7FFF << 32 | 0xFF << 56,
+    _FULL32,
+)
 
 
-def _known_masks(rank: int) -> list[int]:
-    """Per word 0-7, the bits the decoder reads for a map of this rank."""
-    word1 = 0
-    for low, count in _WORD1_FIELDS.values():
-        word1 |= ((1 << count) - 1) << low
-    full32 = 0xFFFF_FFFF
-    return [
-        ((1 << 53) - 1) << 4,
-        word1,
-        full32 | full32 << 32,
-        full32 | 0xFFFF << 32,
-        full32 | full32 << 32,
-        full32 | full32 << 32,
-        full32 | 0x7FFF << 32 | 0xFF << 56,
-        full32,
-    ]
+def _enum_or_int(kind, value: int):
+    """An enum member, or the raw value where the hardware's encoding of it is unknown (refused by copies)."""
+    return kind(value) if value in kind._value2member_map_ else value
 
 
 def decode_tensor_map(raw: bytes) -> TensorMap:
     """The fields of a 128-byte tensor map (layout: the module docstring's table). Decoding never refuses a
-    map: fields the emulator cannot copy with are refused by `load_box` / `store_box`."""
+    map: what the emulator cannot copy with is refused by `check_copy`."""
     if len(raw) != TENSOR_MAP_BYTES:
         raise ValueError(f"a tensor map is {TENSOR_MAP_BYTES} bytes, got {len(raw)}")
     w = struct.unpack("<16Q", raw)
-    rank = _bits(w[1], 4, 3) + 1
-    size_fields = [_bits(w[4], 0, 32), _bits(w[4], 32, 32), _bits(w[5], 0, 32), _bits(w[5], 32, 32), _bits(w[6], 0, 32)]
-    low_strides = [_bits(w[1], 32, 32), _bits(w[2], 0, 32), _bits(w[2], 32, 32), _bits(w[3], 0, 32)]
+
+    def word1(name: str) -> int:
+        return _bits(w[1], *_WORD1_FIELDS[name])
+
+    rank = word1("rank") + 1
+    sizes = [_bits(w[4], 0, 32), _bits(w[4], 32, 32), _bits(w[5], 0, 32), _bits(w[5], 32, 32), _bits(w[6], 0, 32)]
+    low_strides = [word1("stride1"), _bits(w[2], 0, 32), _bits(w[2], 32, 32), _bits(w[3], 0, 32)]
     strides = tuple((low_strides[i] | _bits(w[3], 32 + 4 * i, 4) << 32) << 4 for i in range(rank - 1))
-    box_fields = [_bits(w[6], 56, 8)] + [_bits(w[7], 8 * i, 8) for i in range(4)]
-    element_strides = tuple(_bits(w[6], 32 + 3 * i, 3) + 1 for i in range(rank))
-    unknown = tuple(w[i] & ~m & 0xFFFF_FFFF_FFFF_FFFF for i, m in enumerate(_known_masks(rank)))
-    fmt = _bits(w[1], 7, 4)
+    boxes = [_bits(w[6], 56, 8)] + [_bits(w[7], 8 * i, 8) for i in range(4)]
     return TensorMap(
         global_address=_bits(w[0], 4, 53) << 4,
         rank=rank,
-        element_format=ElementFormat(fmt) if fmt in ElementFormat._value2member_map_ else fmt,
-        round_to_tf32=bool(_bits(w[1], 16, 1)),
-        dims=tuple(s + 1 for s in size_fields[:rank]),
+        element_format=_enum_or_int(ElementFormat, word1("format")),
+        round_to_tf32=bool(word1("tf32")),
+        dims=tuple(s + 1 for s in sizes[:rank]),
         strides=strides,
-        box=tuple(b + 1 for b in box_fields[:rank]),
-        element_strides=element_strides,
-        interleave=Interleave(_bits(w[1], 11, 2)) if _bits(w[1], 11, 2) < 3 else _bits(w[1], 11, 2),
-        swizzle=Swizzle(_bits(w[1], 13, 2)),
-        swizzle_atomicity=SwizzleAtomicity(_bits(w[1], 19, 2)),
-        l2_promotion=L2Promotion(_bits(w[1], 17, 2)),
-        oob_fill=OobFill(_bits(w[1], 15, 1)),
-        im2col=bool(_bits(w[1], 0, 1)),
-        dsl_bit1=bool(_bits(w[1], 1, 1)),
-        dsl_large_tensor=bool(_bits(w[1], 21, 1)),
-        unknown_bits=unknown,
+        box=tuple(b + 1 for b in boxes[:rank]),
+        element_strides=tuple(_bits(w[6], 32 + 3 * i, 3) + 1 for i in range(rank)),
+        interleave=_enum_or_int(Interleave, word1("interleave")),
+        swizzle=Swizzle(word1("swizzle")),
+        swizzle_atomicity=SwizzleAtomicity(word1("atomicity")),
+        l2_promotion=L2Promotion(word1("l2")),
+        oob_fill=OobFill(word1("oob")),
+        im2col=bool(word1("im2col")),
+        dsl_bit1=bool(word1("dsl_bit1")),
+        dsl_large_tensor=bool(word1("dsl_large")),
+        unknown_bits=tuple(word & ~known & 0xFFFF_FFFF_FFFF_FFFF for word, known in zip(w, _KNOWN_BITS)),
         raw=bytes(raw),
     )
 
@@ -282,11 +294,11 @@ STORE_UNIT = 16  # a TMA store writes the in-bounds part of a row rounded up to 
 
 def _require_modeled(tmap: TensorMap) -> None:
     """Refuse, naming it, any feature of the map the copies below do not model."""
+    if tmap.im2col:
+        raise NotImplementedError("im2col tensor maps")
     if any(tmap.unknown_bits):
         words = ", ".join(f"word {i}: 0x{b:x}" for i, b in enumerate(tmap.unknown_bits) if b)
         raise NotImplementedError(f"tensor map with undecoded bits set ({words})")
-    if tmap.im2col:
-        raise NotImplementedError("im2col tensor maps")
     if not isinstance(tmap.element_format, ElementFormat):
         raise NotImplementedError(f"tensor map element format {tmap.element_format}")
     if tmap.element_format in (ElementFormat.B4X16_P64, ElementFormat.B6X16_P32):
@@ -323,7 +335,12 @@ def box_bytes(tmap: TensorMap) -> int:
     return int(np.prod(box_extent(tmap), dtype=np.int64)) * tmap.element_bits // 8
 
 
-def _check_addresses(tmap: TensorMap, coords: tuple[int, ...], smem_address: int, store: bool) -> None:
+def check_copy(tmap: TensorMap, coords: tuple[int, ...], smem_address: int, store: bool) -> None:
+    """Raise what `load_box` / `store_box` would for this copy, before any byte moves: EmulatorError for a
+    copy the hardware faults on (misaligned shared address or innermost coordinate, a store at a negative
+    coordinate, a wrong number of coordinates), NotImplementedError for a map the emulator does not model.
+    Instruction handlers call it at issue time, where the PTX line is known."""
+    _require_modeled(tmap)
     if len(coords) != tmap.rank:
         raise EmulatorError("tma", f"{len(coords)} coordinates for a rank-{tmap.rank} {tmap.describe()}")
     if smem_address % SHARED_ALIGNMENT:
@@ -362,8 +379,7 @@ def load_box(tmap: TensorMap, coords: tuple[int, ...], read_global: Callable[[in
     bytes to store at `smem_address` and the transaction bytes (the same count: the whole box).
     `read_global(address, nbytes)` reads global memory; it is called once per row, for the row's
     in-bounds elements."""
-    _require_modeled(tmap)
-    _check_addresses(tmap, coords, smem_address, store=False)
+    check_copy(tmap, coords, smem_address, store=False)
     nbytes = box_bytes(tmap)
     bits = tmap.element_bits
     row_bytes = tmap.box[0] * bits // 8
@@ -395,8 +411,7 @@ def store_box(tmap: TensorMap, coords: tuple[int, ...], smem_bytes: np.ndarray, 
     would have placed them) and written row by row; out-of-bound rows are not written (ISA 5.5.3.3), and
     of a row that crosses the tensor's end the in-bounds bytes rounded up to whole 16-byte units are (as
     an H100 does: the elements past the end inside the last unit are written too)."""
-    _require_modeled(tmap)
-    _check_addresses(tmap, coords, smem_address, store=True)
+    check_copy(tmap, coords, smem_address, store=True)
     nbytes = box_bytes(tmap)
     smem_bytes = np.asarray(smem_bytes, dtype=np.uint8).reshape(-1)
     if smem_bytes.size != nbytes:
