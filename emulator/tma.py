@@ -238,11 +238,12 @@ def decode_tensor_map(raw: bytes) -> TensorMap:
 
 # ---- swizzles (ISA 5.5.7) ----
 
-# The 128 B swizzle's 16-byte chunk index (address bits 4-6) is XORed with the 128-byte row index within
+# The 128 B swizzle's 16-byte unit index (address bits 4-6) is XORed with the 128-byte row index within
 # the 1024-byte pattern (bits 7-9); 64 B and 32 B use 2 and 1 bits. As CuTe Swizzle<bits, base, shift>
-# on byte addresses: address ^ ((address >> shift) & (((1 << bits) - 1) << base)). The atomicity forms
-# are the smem layouts the DSL pairs with those descriptor bits (MN_SW128_32B is Swizzle<2,5,2>;
-# Swizzle<1,6,1> gets atomicity 3): NVIDIA's kernels pass with those pairs, the ISA's text is figures.
+# on byte addresses: address ^ ((address >> shift) & (((1 << bits) - 1) << base)). An H100 placed boxes
+# so for all three (HARDWARE_CASES in the test). The atomicity forms are the smem layouts the DSL pairs with
+# those descriptor bits (MN_SW128_32B is Swizzle<2,5,2>; Swizzle<1,6,1> gets atomicity 3); the ISA shows
+# them only in figures, and an H100's driver refuses them.
 _SWIZZLE_FUNCTION = {
     (Swizzle.B32, SwizzleAtomicity.B16): (1, 4, 3),
     (Swizzle.B64, SwizzleAtomicity.B16): (2, 4, 3),
@@ -252,8 +253,9 @@ _SWIZZLE_FUNCTION = {
 }
 
 
-def swizzled_address(tmap: TensorMap, address: int) -> int:
-    """The shared-memory address a byte at `address` of the box's row-major image lands at."""
+def swizzled_address(tmap: TensorMap, address):
+    """The shared-memory address(es) where the byte(s) at `address` (an int or an integer array) of a box's
+    row-major image land."""
     if tmap.swizzle == Swizzle.NONE:
         return address
     bits, base, shift = _SWIZZLE_FUNCTION[(tmap.swizzle, tmap.swizzle_atomicity)]
@@ -265,15 +267,13 @@ def _chunk_permutation(tmap: TensorMap, smem_address: int, nbytes: int) -> np.nd
     to `smem_address`); None without a swizzle."""
     if tmap.swizzle == Swizzle.NONE:
         return None
-    bits, base, shift = _SWIZZLE_FUNCTION[(tmap.swizzle, tmap.swizzle_atomicity)]
     addresses = smem_address + 16 * np.arange(nbytes // 16, dtype=np.int64)
-    units = (addresses ^ ((addresses >> shift) & (((1 << bits) - 1) << base))) - smem_address
-    if smem_address % 16 or nbytes % 16 or units.min() < 0 or units.max() >= nbytes:
-        # The swizzle moves 16 B units within aligned blocks of 2**(base+bits) bytes; a box that covers
-        # such a block only in part would spill outside its own bytes.
-        raise NotImplementedError(
-            f"a {tmap.swizzle.name}-swizzled box of {nbytes} B at shared address 0x{smem_address:x} that covers "
-            f"its {1 << (base + bits)}-byte swizzle blocks only in part")
+    units = swizzled_address(tmap, addresses) - smem_address
+    if nbytes % 16 or units.min() < 0 or units.max() >= nbytes:
+        # The swizzle moves 16 B units within aligned blocks of up to 1024 bytes; a box that covers such a
+        # block only in part would spill outside its own bytes.
+        raise NotImplementedError(f"a {tmap.swizzle.name}-swizzled box of {nbytes} B at shared address "
+                                  f"0x{smem_address:x} that covers its swizzle blocks only in part")
     return units // 16
 
 
