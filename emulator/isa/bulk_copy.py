@@ -43,6 +43,14 @@ def _tensor_map(w, address: int):
     return tma.decode_tensor_map(mem.read(offset, 128).tobytes())
 
 
+def _check(tmap, box, smem_address: int, store: bool) -> None:
+    """What the copy will fault on, raised at issue (where the PTX line is known)."""
+    try:
+        tma.check_copy(tmap, box, smem_address, store)
+    except NotImplementedError as e:
+        raise EmulatorError("unimplemented", f"TMA: {e}") from None
+
+
 def _coords(program, vector):
     readers = [program.reader(c, "s32") for c in vector.items]
     return lambda w, lane: tuple(int(r(w)[lane]) for r in readers)
@@ -105,6 +113,7 @@ def _load(instr, program):
                 deliveries.append((cta, barrier))
             gm = w.cta.grid.global_memory
             nbytes = tma.box_bytes(tmap)
+            _check(tmap, box, int(d[lane]), store=False)
             for cta, _ in deliveries:
                 cta.shared.check(d_offset, nbytes, "TMA load destination")
 
@@ -138,6 +147,7 @@ def _store(instr, program):
             if rank != w.cta.rank:
                 raise EmulatorError("shared-bounds", f"TMA store source 0x{int(s[lane]):x} is not in this CTA")
             nbytes = tma.box_bytes(tmap)
+            _check(tmap, box, int(s[lane]), store=True)
             w.cta.shared.check(offset, nbytes, "TMA store source")
             gm = w.cta.grid.global_memory
 
