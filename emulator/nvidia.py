@@ -1,0 +1,110 @@
+"""The ground truth: NVIDIA's dense block-scaled persistent GEMM (CUTLASS v4.3.5 example
+`dense_blockscaled_gemm_persistent.py`, in the copy torch ships under `torch/_inductor/kernel/
+vendored_templates/cutedsl/`), a kernel that runs on B200s, compiled for sm_100a on random NVFP4 inputs.
+
+`NvidiaExample(mma_tiler_mn, cluster_mn, m, n, k)` builds the inputs on the CPU (FP4 A and B in every byte
+pattern, e4m3 scale factors drawn from both signs and a range of exponents, never all equal; C poisoned
+with NaN), compiles the example as for a B200 and holds what a run needs: `compiled`, `args`, `tensors`
+(to register as global memory), `output()` and the exact `reference()`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+
+SF_VEC = 16
+E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
+# e4m3 scale bytes: exponents 2^-2 .. 2^1 with every mantissa, both signs
+SCALE_BYTES = np.array([b | s for b in range(0x28, 0x40) for s in (0x00, 0x80)], np.uint8)
+WARP_ROLES = {0: "epilogue", 1: "epilogue", 2: "epilogue", 3: "epilogue", 4: "MMA", 5: "TMA"}
+
+
+def example_path() -> Path:
+    return Path(torch.__file__).parent / "_inductor/kernel/vendored_templates/cutedsl/dense_blockscaled_gemm_persistent.py"
+
+
+def _load_example():
+    spec = importlib.util.spec_from_file_location("nvidia_dense_blockscaled_gemm_persistent", example_path())
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def e4m3_values(raw: np.ndarray) -> np.ndarray:
+    return torch.from_numpy(raw.copy()).view(torch.float8_e4m3fn).to(torch.float64).numpy()
+
+
+def blocked_scales(rows: int, k: int, rng) -> tuple[torch.Tensor, np.ndarray]:
+    """Scale factors in the layout the example reads (32 x 4 rows by 4 scale columns per 512-byte block,
+    blocks row-block-major): the bytes, and the (rows, k / 16) matrix of their values."""
+    row_blocks, col_blocks = -(-rows // 128), -(-(k // SF_VEC) // 4)
+    raw = rng.choice(SCALE_BYTES, size=(row_blocks, col_blocks, 32, 4, 4))
+    # element [rb, cb, r32, r4, c4] is the scale of row rb*128 + r4*32 + r32, column cb*4 + c4
+    matrix = raw.transpose(0, 3, 2, 1, 4).reshape(row_blocks * 128, col_blocks * 4)[:rows, :k // SF_VEC]
+    return torch.from_numpy(raw.reshape(-1).copy()), e4m3_values(matrix)
+
+
+class NvidiaExample:
+    def __init__(self, mma_tiler_mn, cluster_mn, m: int, n: int, k: int, *, seed: int = 0,
+                 max_active_clusters: int | None = None):
+        import cuda.bindings.driver as cuda
+
+        import cutlass
+        import cutlass.cute as cute
+
+        os.environ.setdefault("CUTE_DSL_KEEP_PTX", "1")
+        example = _load_example()
+        gemm_class = example.Sm100BlockScaledPersistentDenseGemmKernel
+        if not gemm_class.can_implement(cutlass.Float4E2M1FN, cutlass.Float8E4M3FN, SF_VEC, cutlass.Float16,
+                                        tuple(mma_tiler_mn), tuple(cluster_mn), m, n, k, 1, "k", "k", "n"):
+            raise ValueError(f"NVIDIA's example cannot implement mma_tiler {mma_tiler_mn}, cluster {cluster_mn}, "
+                             f"M, N, K = {m}, {n}, {k}")
+        rng = np.random.default_rng(seed)
+        self.a = torch.from_numpy(rng.integers(0, 256, size=(m, k // 2), dtype=np.uint8))
+        self.b = torch.from_numpy(rng.integers(0, 256, size=(n, k // 2), dtype=np.uint8))
+        self.sfa, self.sfa_values = blocked_scales(m, k, rng)
+        self.sfb, self.sfb_values = blocked_scales(n, k, rng)
+        self.c = torch.full((m, n), float("nan"), dtype=torch.float16)
+        self.tensors = (self.a, self.b, self.sfa, self.sfb, self.c)
+        self.warp_roles = WARP_ROLES
+        cluster_size = cluster_mn[0] * cluster_mn[1]
+        clusters = max_active_clusters or max(1, 2 // cluster_size * 1)
+        gemm = gemm_class(SF_VEC, tuple(mma_tiler_mn), tuple(cluster_mn))
+
+        @cute.jit
+        def entry(a_ptr: cute.Pointer, b_ptr: cute.Pointer, sfa_ptr: cute.Pointer, sfb_ptr: cute.Pointer,
+                  c_ptr: cute.Pointer, stream: cuda.CUstream):
+            # the example's torch convention: A (M, K), B (K, N) K-contiguous, C (M, N)
+            a = cute.make_tensor(a_ptr, cute.make_layout((m, k), stride=(k, 1)))
+            b = cute.make_tensor(b_ptr, cute.make_layout((k, n), stride=(1, k)))
+            c = cute.make_tensor(c_ptr, cute.make_layout((m, n), stride=(n, 1)))
+            sfa = cute.make_tensor(sfa_ptr, cute.make_layout(self.sfa.numel()))
+            sfb = cute.make_tensor(sfb_ptr, cute.make_layout(self.sfb.numel()))
+            gemm(a, b, sfa, sfb, c, clusters, stream)
+
+        def ptr(dtype, tensor):
+            return cute.runtime.make_ptr(dtype, tensor.data_ptr(), cute.AddressSpace.gmem, assumed_align=16)
+
+        self.args = (ptr(cutlass.Float4E2M1FN, self.a), ptr(cutlass.Float4E2M1FN, self.b),
+                     ptr(cutlass.Float8E4M3FN, self.sfa), ptr(cutlass.Float8E4M3FN, self.sfb),
+                     ptr(cutlass.Float16, self.c), cuda.CUstream(0))
+        self.compiled = cute.compile(entry, *self.args)
+
+    def output(self) -> torch.Tensor:
+        return self.c.to(torch.float64)
+
+    def reference(self) -> torch.Tensor:
+        """C = (A * SFA) (B * SFB)^T, exact: every FP4 x e4m3 product and their sums in float64."""
+        def dequantize(codes: torch.Tensor, scales: np.ndarray) -> np.ndarray:
+            raw = codes.numpy()
+            values = np.empty((raw.shape[0], raw.shape[1] * 2))
+            values[:, 0::2] = E2M1[raw & 0xF]  # element 2i in the low nibble
+            values[:, 1::2] = E2M1[raw >> 4]
+            return values * np.repeat(scales, SF_VEC, axis=1)
+
+        return torch.from_numpy(dequantize(self.a, self.sfa_values) @ dequantize(self.b, self.sfb_values).T)
