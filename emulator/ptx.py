@@ -350,9 +350,17 @@ def _parse_body(clean: str, start: int, kernel: Kernel) -> None:
         else:
             raise PtxParseError(f"line {instr.line}: unknown label {name}")
     for instr in kernel.instructions:
-        for op in instr.operands:
-            if op.kind == "reg":
-                kernel.registers.add(op.name)
+        kernel.registers.update(_registers(instr.operands))
+
+
+def _registers(operands):
+    for op in operands:
+        if op is None:
+            continue
+        if op.kind == "reg":
+            yield op.name
+        elif op.kind in ("vec", "pair", "addr"):
+            yield from _registers(x for x in op.items if isinstance(x, Operand))
 
 
 def _parse_instruction(index, line, stmt, rename) -> Instruction:

@@ -59,11 +59,12 @@ def _coords(program, vector):
 @instruction("cp.async.bulk.tensor")
 def _bulk_tensor(instr, program):
     mods = instr.modifiers
+    destination, source = instr.opcode.split(".")[5:7]  # cp.async.bulk.tensor.Nd.dst.src...
     if "tile" not in mods:
         raise EmulatorError("unimplemented", f"{instr.opcode} (only .tile mode)")
-    if mods[2] == "global":  # cp.async.bulk.tensor.Nd.global.shared::cta: a store
+    if destination == "global":  # a store
         return _store(instr, program)
-    if mods[1] != "shared::cluster" or "mbarrier::complete_tx::bytes" not in mods:
+    if (destination, source) != ("shared::cluster", "global") or "mbarrier::complete_tx::bytes" not in mods:
         raise EmulatorError("unimplemented", instr.opcode)
     return _load(instr, program)
 

@@ -248,8 +248,8 @@ def _ld(instr, program):
     mods = instr.modifiers
     if "pack::16b" in mods:
         raise EmulatorError("unimplemented", f"{instr.opcode} (.pack::16b)")
-    shape = mods[2]
-    num = int(mods[3][1:])
+    shape = next(m for m in mods if m[0].isdigit() and m.endswith("b"))
+    num = int(next(m for m in mods if m[0] == "x" and m[1:].isdigit())[1:])
     targets = instr.operands[0].items
     writers = [program.writer(t, "b32") for t in targets]
     taddr = address_reader(program, instr.operands[1])
@@ -319,12 +319,14 @@ def _stmatrix(instr, program):
     readers = [program.reader(r, "b32") for r in instr.operands[1].items]
 
     def handler(w, mask):
-        rows = addr(w)
-        regs = np.stack([r(w) for r in readers], axis=1)  # (32 lanes, matrices)
-        for address, value in tcgen05.stmatrix_m8n8(rows, regs, trans):
-            rank, offset = split_shared(address)
-            if rank != w.cta.rank:
-                raise EmulatorError("shared-bounds", f"stmatrix to 0x{address:x}, another CTA's memory")
-            w.cta.shared.write(offset, np.array([value], np.uint16))
+        addresses, values = tcgen05.stmatrix_m8n8(addr(w), np.stack([r(w) for r in readers], axis=1), trans)
+        ranks, offsets = addresses >> 24, addresses & 0xFFFFFF
+        if (ranks != w.cta.rank).any():
+            raise EmulatorError("shared-bounds", "stmatrix to another CTA's shared memory")
+        if (offsets % 2).any():
+            raise EmulatorError("misaligned", "stmatrix row address not 2-B aligned")
+        w.cta.shared.check(int(offsets.min()), int(offsets.max() - offsets.min()) + 2, "stmatrix")
+        w.cta.shared.data[offsets] = (values & 0xFF).astype(np.uint8)
+        w.cta.shared.data[offsets + 1] = (values >> 8).astype(np.uint8)
 
     return handler
