@@ -261,7 +261,6 @@ class Warp:
         self.cluster_arrival = None  # barrier.cluster generation this warp arrived in, until it waits
         self.bulk_open = {}  # lane -> TMA stores not yet committed to a bulk group (bulk_copy.py)
         self.bulk_groups = {}  # lane -> committed bulk groups, oldest first
-        self.pending_loads = []  # tcgen05.ld results not yet waited for (tensor_core.py)
         self.label = f"{cta.label} warp {warp_id}"
 
     @property

@@ -13,8 +13,10 @@ The layouts and the arithmetic are tcgen05.py's; this module decides who execute
   `.multicast::cluster`). Eager mode executes each operation at issue.
 - **cta_group::2.** The MMA is issued by one CTA of the pair and uses both: tcgen05.py says which
   operand rows and accumulator cells live in which CTA.
-- **tcgen05.ld** reads tensor memory when issued; the destination registers hold garbage (seeded random
-  bits) until `tcgen05.wait::ld` in adversarial mode, the values at once in eager mode.
+- **tcgen05.ld** reads tensor memory when issued and its registers hold the values at once, in both modes.
+  The ISA's text has the load complete only at `tcgen05.wait::ld`; NVIDIA's epilogue (1-CTA and 2-CTA) uses
+  the registers with no `tcgen05.wait::ld` at all and runs on B200s, so the hardware makes them valid at
+  use: the ground truth decided, and registers are never garbage here (DESIGN.md).
 - `tcgen05.fence::*` orders tcgen05 operations around thread synchronization: with sequentially
   consistent memory it has no effect here.
 """
@@ -263,29 +265,15 @@ def _ld(instr, program):
         if values.shape != (LANES, len(writers)):
             raise EmulatorError("tmem", f"tcgen05.ld {shape}.x{num} yields {values.shape[1]} registers per "
                                 f"thread, the instruction names {len(writers)}")
-        if w.cta.grid.mode == "eager":
-            for k, write in enumerate(writers):
-                write(w, values[:, k], mask)
-            return
-        garbage = w.cta.grid.rng.integers(0, 1 << 32, size=(LANES, len(writers)), dtype=np.uint64)
         for k, write in enumerate(writers):
-            write(w, garbage[:, k], mask)
-        w.pending_loads.append((writers, values, mask.copy()))
+            write(w, values[:, k], mask)
 
     return handler
 
 
 @instruction("tcgen05.wait")
 def _wait(instr, program):
-    """tcgen05.wait::ld / ::st (9.7.16.8.5): the warp's earlier tcgen05.ld (st) have completed."""
-    if "wait::ld" in instr.opcode:
-        def handler(w, mask):
-            for writers, values, load_mask in w.pending_loads:
-                for k, write in enumerate(writers):
-                    write(w, values[:, k], load_mask)
-            w.pending_loads = []
-
-        return handler
+    """tcgen05.wait::ld / ::st (9.7.16.8.5): loads and stores of tensor memory complete at issue here."""
     return lambda w, mask: None
 
 
