@@ -50,11 +50,15 @@ def instruction(*prefixes):
 
 
 def lookup(opcode: str):
-    parts = opcode.split(".")
-    for n in range(len(parts), 0, -1):
-        factory = INSTRUCTIONS.get(".".join(parts[:n]))
-        if factory is not None:
-            return factory
+    """The factory of the longest registered prefix; a `word::qualifier` part also matches as `word`
+    (`tcgen05.fence::after_thread_sync` -> `tcgen05.fence`)."""
+    exact = opcode.split(".")
+    stripped = [part.split("::")[0] for part in exact]
+    for n in range(len(exact), 0, -1):
+        for parts in (exact, stripped):
+            factory = INSTRUCTIONS.get(".".join(parts[:n]))
+            if factory is not None:
+                return factory
     return None
 
 
