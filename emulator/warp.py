@@ -262,6 +262,7 @@ class Warp:
         self.lane_pc = None  # per-lane PCs while diverged
         self.wait = None  # a Wait while blocked
         self.last_index = 0  # the instruction last executed (for reports)
+        self.failed_wait = None  # (pc, barrier, parity, progress) of the last failed try_wait (sync_ops.py)
         self.cluster_arrival = None  # barrier.cluster generation this warp arrived in, until it waits
         self.bulk_open = {}  # lane -> TMA stores not yet committed to a bulk group (bulk_copy.py)
         self.bulk_groups = {}  # lane -> committed bulk groups, oldest first
@@ -339,6 +340,9 @@ class Warp:
             elif kind == "wait":
                 self._advance(mask, pc + 1)
                 self.wait = result[1]
+                return count
+            elif kind == "yield":
+                self._advance(mask, pc + 1)
                 return count
             del instr
         return count

@@ -117,9 +117,9 @@ def _tx(instr, program):
 
 @instruction("mbarrier.try_wait", "mbarrier.test_wait")
 def _wait(instr, program):
-    """try_wait/test_wait[.parity] p, [addr], parity|state. A failed try_wait blocks the warp (the
-    scheduler runs others until the phase completes); test_wait never blocks. Before answering, the
-    asynchronous units may deliver work that signals this barrier (async_ops.py decides what and when)."""
+    """try_wait/test_wait[.parity] p, [addr], parity|state. A failed try_wait yields to other warps; failing
+    again at once (a spin loop) blocks the warp until the phase completes; test_wait never blocks. Before
+    answering, the asynchronous units may deliver work that signals this barrier (async_ops.py)."""
     if "parity" not in instr.modifiers:
         raise EmulatorError("unimplemented", f"{instr.opcode} (state-token form)")
     blocking = instr.modifiers[0] == "try_wait"
@@ -144,9 +144,17 @@ def _wait(instr, program):
             if not out[lane] and wait is None:
                 wait = MBarrierWait(cta, bar, p)
         write(w, out, mask)
-        if blocking and wait is not None:
+        if not blocking or wait is None:
+            w.failed_wait = None
+            return None
+        # A try_wait that fails returns false (the ISA's time limit ran out) and the code after it goes
+        # on: a peek followed by other work must not be turned into a wait. The same try_wait failing
+        # again with nothing else having happened is a spin loop: the warp blocks until the phase completes.
+        key = (w.last_index, id(wait.barrier), wait.parity, w.cta.grid.progress)
+        if w.failed_wait == key:
             return ("wait", wait)
-        return None
+        w.failed_wait = key
+        return ("yield",)
 
     return handler
 
