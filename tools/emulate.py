@@ -61,7 +61,9 @@ def parse_args(argv=None):
                            help="max active clusters (persistent grid size; default: a few, so tiles wrap)")
         else:
             p.add_argument("--config", default="shipped", metavar="TEXT", help="an SM100_CONFIG text")
-            p.add_argument("--spec", required=True, metavar="SPEC", help='"m: [..]; n: [..]; k: [..]; g: G; seed: S"')
+            p.add_argument("--spec", required=True, action="append", metavar="SPEC",
+                           help='"m: [..]; n: [..]; k: [..]; g: G; seed: S"; repeat it for several cases (one '
+                                'verdict line each, then the overall verdict)')
             p.add_argument("--workers", type=int, default=None, metavar="W",
                            help="co-resident workers (clusters); default: a B200's (74 pairs or 148 CTAs)")
             p.add_argument("--submission", type=Path, default=ROOT / "submission.py", metavar="FILE")
@@ -74,7 +76,7 @@ def verdict(word: str, figures: str) -> int:
 
 
 def figures(max_error, stats, seconds) -> str:
-    rate = stats.instructions / stats.seconds if stats.seconds else 0.0
+    rate = stats.instructions / stats.seconds if stats.seconds else 0.0  # emulation only, not compiling
     err = "n/a" if max_error is None else f"{max_error:.3g}"
     return (f"max_error={err} instructions={stats.instructions} seconds={seconds:.1f} "
             f"rate={rate / 1e3:.0f}k_instr/s ctas={stats.ctas}")
@@ -147,30 +149,64 @@ def board_inputs(spec: str):
     return (abc, data[1], data[2], data[3]), guards
 
 
-def run_submission(args, emulator) -> tuple:
+def load_submission(path: Path):
     import importlib.util
 
-    import torch
+    spec = importlib.util.spec_from_file_location("submission", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["submission"] = module
+    spec.loader.exec_module(module)
+    return module
 
-    from reference import ref_kernel
 
-    spec = importlib.util.spec_from_file_location("submission", args.submission)
-    S = importlib.util.module_from_spec(spec)
-    sys.modules["submission"] = S
-    spec.loader.exec_module(S)
+def run_submission(args, emulator) -> tuple:
+    """Every --spec through submission.py's real host path; one verdict line per case when there are several."""
+    S = load_submission(args.submission)
     config = S.sm100_config(args.config)
     S.SM100_CONFIG = args.config
     S.DEVICE = EmulatedB200(args.workers)
-    data, guards = board_inputs(args.spec)
+    results = []
+    for spec in args.spec:
+        start = time.perf_counter()
+        try:
+            (word, max_error, message), stats = run_submission_case(S, config, spec, args, emulator)
+        except emulator.HangError as e:
+            if len(args.spec) == 1:
+                raise
+            print(e.report, flush=True)
+            word, max_error, message, stats = "HANG", None, e.message, None
+        except emulator.EmulatorError as e:
+            if len(args.spec) == 1:
+                raise
+            word, max_error, message, stats = "ERROR", None, str(e), None
+        results.append((word, max_error, message, stats))
+        if len(args.spec) > 1:
+            text = figures(max_error, stats, time.perf_counter() - start) if stats else message
+            print(f"case {spec!r} {args.config} {args.mode} seed {args.seed}: {word} {text}", flush=True)
+            if message and stats:
+                print(f"  {message}", flush=True)
+    worst = max(results, key=lambda r: EXIT[r[0]])
+    total = emulator.combine([r[3] for r in results if r[3] is not None]) if any(r[3] for r in results) \
+        else emulator.RunStats(0, 0.0, 0, 0)
+    errors = [r[1] for r in results if r[1] is not None]
+    message = worst[2] if len(args.spec) == 1 else f"{sum(r[0] == 'PASS' for r in results)} of {len(results)} cases pass"
+    return (worst[0], max(errors) if errors else None, message), total
+
+
+def run_submission_case(S, config, spec: str, args, emulator) -> tuple:
+    import torch
+
+    from emulator import driver
+    from reference import ref_kernel
+
+    data, guards = board_inputs(spec)
     sizes = S.validate_inputs(data)
     emu = emulator.Emulator(mode=args.mode, seed=args.seed, ptx_filter=args.ptx_filter,
-                            warp_roles=S.warp_roles(config) if hasattr(S, "warp_roles") else None,
-                            **_budget(args))
+                            warp_roles={**{w: "epilogue" for w in S.EPILOGUE_WARPS}, S.MMA_WARP: "MMA",
+                                        S.TMA_WARP: "TMA"}, **_budget(args))
     emu.register(*guards)
     for group in (*data[0], *data[1], *data[2]):
         emu.register(*group)
-    from emulator import driver
-
     driver.take_launches()
     outputs = S.custom_kernel(data)
     for plan in S._plans.values():
