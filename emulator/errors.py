@@ -26,5 +26,8 @@ class HangError(EmulatorError):
     `report` is the per-CTA, per-warp text: role, PTX line, the barrier waited on and its state."""
 
     def __init__(self, kind: str, summary: str, report: str):
+        super().__init__(kind, summary)
         self.report = report
-        super().__init__(kind, summary + "\n" + report)
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.message}\n{self.report}"
