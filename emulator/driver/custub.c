@@ -162,7 +162,7 @@ CUresult cuEventElapsedTime(float *ms, void *a, void *b) { *ms = 0; return OK; }
 /* ---------------- images: fatbinary -> cubin ELF -> per-kernel parameter layout ---------------- */
 #define MAX_PARAMS 512
 struct stub_kernel {
-  char name[512];
+  char *name;  /* the mangled entry name: CuTe DSL's run to thousands of characters */
   const unsigned char *elf;
   int nparams, param_bytes;
   int off[MAX_PARAMS], size[MAX_PARAMS];
@@ -195,8 +195,9 @@ static void parse_params(struct stub_kernel *k) {
   uint16_t shentsize = *(const uint16_t *)(e + 0x3a), shnum = *(const uint16_t *)(e + 0x3c), shstrndx = *(const uint16_t *)(e + 0x3e);
   const unsigned char *sh = e + shoff;
   const char *shstr = (const char *)e + *(const u64 *)(sh + shstrndx * shentsize + 0x18);
-  char want[600];
-  snprintf(want, sizeof want, ".nv.info.%s", k->name);
+  size_t want_size = strlen(k->name) + 16;
+  char *want = malloc(want_size);
+  snprintf(want, want_size, ".nv.info.%s", k->name);
   for (int i = 0; i < shnum; i++) {
     const unsigned char *s = sh + i * shentsize;
     if (strcmp(shstr + *(const uint32_t *)s, want)) continue;
@@ -205,17 +206,20 @@ static void parse_params(struct stub_kernel *k) {
       int fmt = p[0], attr = p[1];
       int len = fmt == 4 ? *(const uint16_t *)(p + 2) : 0;
       if (fmt == 3 && attr == 0x19) k->param_bytes = *(const uint16_t *)(p + 2);
-      if (fmt == 4 && attr == 0x17 && len >= 12) {
+      /* EIATTR_KPARAM_INFO (0x17): size in bits 18-31 of the flags word; the form ptxas writes for
+         parameter spaces beyond 4 KiB (0x45, seen with 5.6 KB): the size in bytes */
+      if (fmt == 4 && (attr == 0x17 || attr == 0x45) && len >= 12) {
         int ordinal = *(const uint16_t *)(p + 8), offset = *(const uint16_t *)(p + 10);
-        uint32_t flags = *(const uint32_t *)(p + 12);
+        uint32_t word = *(const uint32_t *)(p + 12);
         if (ordinal < MAX_PARAMS) {
-          k->off[ordinal] = offset; k->size[ordinal] = (flags >> 18) & 0x3fff;
+          k->off[ordinal] = offset; k->size[ordinal] = attr == 0x17 ? (word >> 18) & 0x3fff : (int)word;
           if (ordinal + 1 > k->nparams) k->nparams = ordinal + 1;
         }
       }
       p += 4 + len;
     }
   }
+  free(want);
   LOG("kernel %.60s...: %d parameters, %d bytes", k->name, k->nparams, k->param_bytes);
 }
 
@@ -231,7 +235,7 @@ static struct stub_library *load_image(const void *code) {
 }
 static struct stub_kernel *get_kernel(struct stub_library *l, const char *name) {
   struct stub_kernel *k = calloc(1, sizeof *k);
-  snprintf(k->name, sizeof k->name, "%s", name);
+  k->name = strdup(name);
   k->elf = l->elf;
   parse_params(k);
   return k;
