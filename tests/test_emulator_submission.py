@@ -1,0 +1,96 @@
+"""submission.py's B200 kernel, executed: every configuration through the real host path (plan, schedule
+tables, LaunchArgs, CompiledLaunch) in the emulator, on the board's inputs, against the exact reference, with
+each c poisoned and guarded (tools/emulate.py submission).
+
+The matrix (issue 20): SM100_SHIPPED and SM100_SAFE in both timing modes on task.yml's 10 tests and on the
+shapes that break tiled kernels (M = 1, 7, 40, 129, 255; N = 128 and 384, odd multiples of 128 where a
+pair's second CTA has every box out of bounds; K = 256, 512 and 768; G = 1, 2, 5 and 8, the last with
+benchmark 1's M list), with 2 or 3 workers so that each walks several records and the stage and
+accumulator pipelines wrap; every job policy; each single switch flipped from shipped; and the B200's real
+worker count (74 pairs, 148 CTAs with cta_group 1) on small shapes. Seeds are in each case's line.
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.skipif(sys.version_info < (3, 10), reason="the DSL needs Python 3.10+")
+
+
+def _spec(entry: dict) -> str:
+    return f"m: {list(entry['m'])}; n: {list(entry['n'])}; k: {list(entry['k'])}; g: {entry['g']}; seed: {entry['seed']}"
+
+
+TASK_SPECS = [_spec(e) for e in yaml.safe_load((ROOT / "task.yml").read_text())["tests"]]
+EDGE_SPECS = [
+    "m: [1]; n: [384]; k: [256]; g: 1; seed: 7",
+    "m: [7, 40]; n: [128, 384]; k: [768, 256]; g: 2; seed: 8",
+    "m: [129, 255, 1, 40, 7]; n: [256, 384, 128, 640, 256]; k: [256, 512, 768, 256, 256]; g: 5; seed: 9",
+    "m: [80, 176, 128, 72, 64, 248, 96, 160]; n: [256, 256, 256, 256, 256, 256, 256, 256]; "
+    "k: [512, 512, 512, 512, 512, 512, 512, 512]; g: 8; seed: 10",
+]
+SWITCHES = ["cta_group=1", "token_variants=128", "multicast=off", "pdl=off", "l2_hints=off", "epilogue=atoms",
+            "descriptors=branch", "prefetch=off"]
+JOB_POLICIES = ["tiles", "weight_blocks", "hybrid"]
+
+
+def emulate(config: str, specs, *, mode: str = "eager", seed: int = 0, workers=2, timeout: int = 900):
+    args = [sys.executable, str(ROOT / "tools" / "emulate.py"), "submission", "--config", config,
+            "--mode", mode, "--seed", str(seed)]
+    if workers is not None:
+        args += ["--workers", str(workers)]
+    for spec in specs:
+        args += ["--spec", spec]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    lines = done.stdout.strip().splitlines()
+    assert lines, done.stderr[-3000:]
+    print(done.stdout)  # the case lines, with their seeds, in the test log
+    return done.returncode, lines[-1], done.stdout
+
+
+def assert_all_pass(config, specs, **kwargs):
+    rc, verdict, out = emulate(config, specs, **kwargs)
+    assert rc == 0 and verdict.startswith("PASS"), out[-4000:]
+    cases = [line for line in out.splitlines() if line.startswith("case ")]
+    assert len(cases) == len(specs) and all(": PASS " in line for line in cases), out[-4000:]
+
+
+@pytest.mark.parametrize("mode, seed", [("eager", 0), ("adversarial", 11)])
+@pytest.mark.parametrize("config", ["shipped", "safe"])
+def test_task_and_edge_shapes(config, mode, seed):
+    assert_all_pass(config, TASK_SPECS + EDGE_SPECS, mode=mode, seed=seed)
+
+
+@pytest.mark.parametrize("jobs", JOB_POLICIES)
+def test_every_job_policy(jobs):
+    assert_all_pass(f"shipped,jobs={jobs}", EDGE_SPECS, workers=3)
+
+
+@pytest.mark.parametrize("switch", SWITCHES)
+def test_each_switch_flipped_from_shipped(switch):
+    assert_all_pass(f"shipped,{switch}", [EDGE_SPECS[1]])
+
+
+@pytest.mark.parametrize("config", ["shipped", "safe"])
+def test_the_b200s_real_worker_count_on_small_shapes(config):
+    assert_all_pass(config, [TASK_SPECS[8], EDGE_SPECS[0]], workers=None)
+
+
+def test_a_planted_defect_fails_the_submission_too():
+    """The matrix can fail: the scale-factor column shift makes every case wrong."""
+    args = [sys.executable, str(ROOT / "tools" / "emulate.py"), "submission", "--config", "safe", "--workers", "2",
+            "--spec", EDGE_SPECS[1], "--ptx-filter", f"{sys.executable} {ROOT / 'tests' / 'ptx_defects.py'} sf-column"]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 1 and done.stdout.strip().splitlines()[-1].startswith("FAIL"), done.stdout[-3000:]
+
+
+@pytest.mark.slow
+def test_benchmark_4_at_the_real_worker_count():
+    """Benchmark 4 (G = 2, M 128 and 384, N 4096, K 1536) on 74 pairs: run before each kernel change."""
+    assert_all_pass("shipped", ["m: [128, 384]; n: [4096, 4096]; k: [1536, 1536]; g: 2; seed: 1111"], workers=None,
+                    timeout=3000)
