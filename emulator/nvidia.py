@@ -8,8 +8,6 @@ with NaN), compiles the example as for a B200 and holds what a run needs: `compi
 (to register as global memory), `output()` and the exact `reference()`.
 """
 
-from __future__ import annotations
-
 import importlib.util
 import os
 from pathlib import Path
@@ -76,6 +74,8 @@ class NvidiaExample:
         clusters = max_active_clusters or max(1, 2 // cluster_size * 1)
         gemm = gemm_class(SF_VEC, tuple(mma_tiler_mn), tuple(cluster_mn))
 
+        # (no `from __future__ import annotations` in this module: DSL 4.5.2 evaluates these annotations in
+        # the module's globals, where cute is not)
         @cute.jit
         def entry(a_ptr: cute.Pointer, b_ptr: cute.Pointer, sfa_ptr: cute.Pointer, sfb_ptr: cute.Pointer,
                   c_ptr: cute.Pointer, stream: cuda.CUstream):
