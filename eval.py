@@ -5,8 +5,9 @@ Two faces:
   of the board's evaluator (gpu-mode/reference-kernels, problems/nvidia/
   eval_better_bench_grouped_gemm.py): modes test / benchmark / leaderboard / profile, results as
   `key: value` lines on that file descriptor, work done in a spawned worker process.
-* Otherwise, a local command: `python eval.py test|benchmark [--submission FILE] [--only N] ...`
-  runs task.yml's tests or benchmarks and prints a table (see `--help` and README.md, "eval.py").
+* Otherwise, a local command: `python eval.py test|benchmark [SPEC_FILE] [--submission FILE] [--only N]
+  ...` runs task.yml's tests or benchmarks (or SPEC_FILE's) and prints a table (see `--help` and
+  README.md, "eval.py").
 """
 import os
 
@@ -137,29 +138,33 @@ def _combine(a: int, b: int) -> int:
     return int(a + (a + b) * (a + b + 1) // 2)
 
 
-def get_test_cases(file_name: str, seed: Optional[int]) -> list[TestCase]:
-    """The spec file's tests (blank lines skipped); exit 113 with one line if it is unreadable, a
+def read_spec_file(file_name) -> list[TestCase]:
+    """The spec file's tests (blank lines skipped); SpecError with one line if it is unreadable, a
     line is malformed or there is no test."""
     try:
         content = Path(file_name).read_text()
     except Exception as error:
-        print(f"Could not open test file `{file_name}`: {error}", file=sys.stderr)
-        sys.exit(113)
+        raise SpecError(f"Could not open test file `{file_name}`: {error}") from None
     tests = []
     for line in content.splitlines():
         if not line.strip():
             continue
-        try:
-            args = parse_spec_line(line)
-            check_spec_values(args, line)
-        except SpecError as error:
-            print(error, file=sys.stderr)
-            sys.exit(113)
+        args = parse_spec_line(line)
+        check_spec_values(args, line)
         tests.append(TestCase(args=args, spec=line))
     if not tests:
         # The board's evaluator would report `test-count: 0` and `check: pass` in test mode (and
         # fail with a traceback in benchmark mode): a pass that checked nothing.
-        print(f"no test cases in `{file_name}`: nothing to check", file=sys.stderr)
+        raise SpecError(f"no test cases in `{file_name}`: nothing to check")
+    return tests
+
+
+def get_test_cases(file_name: str, seed: Optional[int]) -> list[TestCase]:
+    """read_spec_file's tests with the board's seed mixed in; exit 113 with its one line."""
+    try:
+        tests = read_spec_file(file_name)
+    except SpecError as error:
+        print(error, file=sys.stderr)
         sys.exit(113)
     if seed is not None:
         for test in tests:
@@ -225,6 +230,40 @@ def _errors_are_the_kernels():
         raise KernelError(f"custom_kernel raised {_describe(error)}") from error
 
 
+def _shape_text(shape) -> str:
+    return "[" + ", ".join(map(str, shape)) + "]"
+
+
+def _what_came_back(output) -> str:
+    """A returned value, in a few words: 'None', 'a list of 3 items', 'a float32 tensor shaped [2, 3]'."""
+    if isinstance(output, torch.Tensor):
+        return f"a {str(output.dtype).replace('torch.', '')} tensor shaped {_shape_text(output.shape)}"
+    if isinstance(output, (list, tuple)):
+        return f"a {type(output).__name__} of {len(output)} item{'s' if len(output) != 1 else ''}"
+    return "None" if output is None else f"a {type(output).__name__}"
+
+
+def result_problem(data, output) -> str:
+    """'' if custom_kernel's output has the form of the c tensors (a list of G float16 tensors
+    shaped [M, N, 1]), else one line naming what came back and what was expected. Checked before
+    the values, so a wrong form is named as such rather than failing inside the comparison."""
+    shapes = [tuple(c.shape) for _, _, c in data[0]]
+    expected = (f"instead of a list of {len(shapes)} float16 tensors shaped [M, N, 1] (the c tensors: "
+                f"{', '.join(map(_shape_text, shapes))})")
+    if not isinstance(output, (list, tuple)) or len(output) != len(shapes):
+        return f"custom_kernel returned {_what_came_back(output)} {expected}"
+    for group, (item, shape) in enumerate(zip(output, shapes)):
+        if not isinstance(item, torch.Tensor) or item.dtype != torch.float16 or tuple(item.shape) != shape:
+            return f"custom_kernel returned a list whose item {group} is {_what_came_back(item)} {expected}"
+    return ""
+
+
+def check_output(data, output) -> tuple[bool, str]:
+    """The output's form (result_problem), then its values (reference.check_implementation)."""
+    problem = result_problem(data, output)
+    return (False, problem) if problem else check_implementation(data, output)
+
+
 def _run_single_test(test: TestCase) -> tuple[bool, str]:
     custom_kernel = _custom_kernel()
     data = generate_input(**test.args)
@@ -232,7 +271,7 @@ def _run_single_test(test: TestCase) -> tuple[bool, str]:
     with _errors_are_the_kernels():
         output = custom_kernel(_clone_data(data))
         _synchronize()
-    return check_implementation(data, output)
+    return check_output(data, output)
 
 
 def _run_single_benchmark(
@@ -255,7 +294,7 @@ def _run_single_benchmark(
     with _errors_are_the_kernels():
         outputs = [custom_kernel(_clone_data(data)) for data in data_list]
     for reference_data, output in zip(check_copy, outputs):
-        good, message = check_implementation(reference_data, output)
+        good, message = check_output(reference_data, output)
         if not good:
             return message
 
@@ -278,7 +317,7 @@ def _run_single_benchmark(
         if recheck:
             # Every output is checked (the board's loop only acts on the last one's verdict).
             for reference_data, output in zip(check_copy, outputs):
-                good, message = check_implementation(reference_data, output)
+                good, message = check_output(reference_data, output)
                 if not good:
                     return message
 
@@ -301,10 +340,10 @@ class Raised:
     traceback: str
 
 
-def _call_catching(function: Callable, *args) -> Any:
-    """function(*args), or Raised if it raised (runs in the board face's worker)."""
+def _call_catching(function: Callable, *args, **kwargs) -> Any:
+    """function(*args, **kwargs), or Raised if it raised (runs in the worker)."""
     try:
-        return function(*args)
+        return function(*args, **kwargs)
     except (SubmissionError, KernelError) as error:
         return Raised(str(error), traceback.format_exc())
     except Exception as error:
@@ -325,6 +364,101 @@ def _describe(error: BaseException) -> str:
         frame = (own_frames or frames)[-1]
         text += f" (at {Path(frame.filename).name}:{frame.lineno})"
     return " ".join(text.split())
+
+
+# ---------------------------------------------------------------------------------------------
+# The worker: one spawned process runs the submission, in both faces. The board's evaluator uses
+# multiprocessing.Pool(1), whose apply() waits forever when the worker dies (sys.exit, a
+# segfault): the pool starts a new worker, but the lost task's result never comes. Here the
+# worker's end of a pipe closes when it dies, so a death is a result: Raised("worker died ...").
+
+
+def describe_exit(exitcode: Optional[int]) -> str:
+    """How the worker ended, in one line: 'worker died (signal 11)' or 'worker died (exit code 5)'."""
+    if exitcode is not None and exitcode < 0:
+        return f"worker died (signal {-exitcode})"
+    return f"worker died (exit code {exitcode})"
+
+
+def _worker_main(connection, submission: Optional[str]) -> None:
+    """The worker's loop: import `submission` as the module `submission` if given (the local face
+    and the reference stand-in; the board face imports it lazily, as the board does), then run
+    (function, args, wants_progress) requests until None. Sends ('progress', *values) while a
+    benchmark runs and ('result', value) at the end of each request."""
+    if submission is not None:
+        try:
+            load_submission(submission)
+        except UsageError as error:
+            connection.send(("result", Raised(str(error), error.details)))
+            return
+    connection.send(("result", None))
+    while (request := connection.recv()) is not None:
+        function, args, wants_progress = request
+        kwargs = {"progress": lambda *values: connection.send(("progress", *values))} if wants_progress else {}
+        connection.send(("result", _call_catching(function, *args, **kwargs)))
+
+
+class Worker:
+    """A spawned process that runs the submission's code, started on first use and again after it
+    died. apply() returns what the function returned, Raised if it raised, or Raised('worker died
+    (signal 11)') if the process ended first."""
+
+    def __init__(self, submission: Optional[str] = None):
+        self.submission = submission
+        self.context = multiprocessing.get_context("spawn")
+        self.process = None
+        self.connection = None
+
+    def start(self) -> Any:
+        """Start the process; None once it is ready, Raised if the submission cannot be imported."""
+        self.connection, child = self.context.Pipe()
+        self.process = self.context.Process(target=_worker_main, args=(child, self.submission), daemon=True)
+        self.process.start()
+        child.close()  # only the worker holds this end: its death closes the pipe
+        return self._receive(None)
+
+    def _receive(self, on_progress: Optional[Callable]) -> Any:
+        while True:
+            try:
+                message = self.connection.recv()
+            except (EOFError, OSError):
+                self.process.join()
+                died = Raised(describe_exit(self.process.exitcode), "")
+                self.close()
+                return died
+            if message[0] == "result":
+                return message[1]
+            if on_progress is not None:
+                on_progress(*message[1:])
+
+    def apply(self, function: Callable, *args, on_progress: Optional[Callable] = None) -> Any:
+        if self.process is None:
+            started = self.start()
+            if started is not None:
+                return started
+        try:
+            self.connection.send((function, args, on_progress is not None))
+        except (BrokenPipeError, OSError):
+            pass  # it died between requests: _receive says how
+        return self._receive(on_progress)
+
+    def close(self) -> None:
+        if self.process is None:
+            return
+        with contextlib.suppress(BrokenPipeError, OSError):
+            self.connection.send(None)
+        self.process.join(timeout=10)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+        self.connection.close()
+        self.process = self.connection = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -377,17 +511,23 @@ class PopcornOutput:
         print(f"{key}: {value}", file=self.file, flush=True)
 
 
-def _in_worker(pool, function: Callable, *args) -> Any:
-    return pool.apply(_call_catching, (function, *args))
+STAND_IN_REASON = "needs a CUDA GPU (sm_100a kernel)"
 
 
-def run_testing(logger: PopcornOutput, pool, tests: list[TestCase]) -> int:
+def run_testing(logger: PopcornOutput, worker: Worker, tests: list[TestCase], stand_in: bool = False) -> int:
+    """`stand_in`: the reference runs in place of a submission that needs a GPU (no CUDA here); the
+    channel then says fail for every test, with what the reference showed of the harness, since
+    the submission itself did not run."""
     passed = True
     logger.log("test-count", len(tests))
     for idx, test in enumerate(tests):
         logger.log(f"test.{idx}.spec", test.spec)
-        result = _in_worker(pool, _run_single_test, test)
+        result = worker.apply(_run_single_test, test)
         good, message = (False, result.summary) if isinstance(result, Raised) else result
+        if stand_in:
+            message = (f"{STAND_IN_REASON}; the harness passed with the reference" if good else
+                       f"{STAND_IN_REASON}; the harness failed with the reference: {message}")
+            good = False
         if good:
             logger.log(f"test.{idx}.status", "pass")
             if message:
@@ -405,22 +545,21 @@ def _log_stats(logger: PopcornOutput, idx: int, stats: Stats) -> None:
         logger.log(f"benchmark.{idx}.{field.name}", getattr(stats, field.name))
 
 
-def _benchmark_in_worker(pool, test, recheck, max_repeats, max_time_ns) -> Any:
+def _benchmark_in_worker(worker: Worker, test, recheck, max_repeats, max_time_ns) -> Any:
     """Stats, or a one-line message saying why the benchmark failed."""
-    result = _in_worker(pool, _run_single_benchmark, test, recheck, max_repeats, max_time_ns,
-                        clear_l2_cache_large)
+    result = worker.apply(_run_single_benchmark, test, recheck, max_repeats, max_time_ns, clear_l2_cache_large)
     if isinstance(result, Raised):
         return result.summary
     return calculate_stats(result) if isinstance(result, list) else result
 
 
-def run_benchmarking(logger: PopcornOutput, pool, tests: list[TestCase]) -> int:
-    _benchmark_in_worker(pool, tests[0], False, 100, 10e7)  # warm-up, result unused
+def run_benchmarking(logger: PopcornOutput, worker: Worker, tests: list[TestCase]) -> int:
+    _benchmark_in_worker(worker, tests[0], False, 100, 10e7)  # warm-up, result unused
     passed = True
     logger.log("benchmark-count", len(tests))
     for idx, test in enumerate(tests):
         logger.log(f"benchmark.{idx}.spec", test.spec)
-        result = _benchmark_in_worker(pool, test, False, 100, 10e9)
+        result = _benchmark_in_worker(worker, test, False, 100, 10e9)
         if isinstance(result, Stats):
             _log_stats(logger, idx, result)
         else:
@@ -431,13 +570,13 @@ def run_benchmarking(logger: PopcornOutput, pool, tests: list[TestCase]) -> int:
     return 0 if passed else 112
 
 
-def run_leaderboard(logger: PopcornOutput, pool, tests: list[TestCase]) -> int:
+def run_leaderboard(logger: PopcornOutput, worker: Worker, tests: list[TestCase]) -> int:
     for test in tests:  # warm up every shape
-        _benchmark_in_worker(pool, test, False, 50, 5e8)
+        _benchmark_in_worker(worker, test, False, 50, 5e8)
     logger.log("benchmark-count", len(tests))
     passed = True
     for idx, test in enumerate(tests):
-        result = _benchmark_in_worker(pool, test, True, 100, 30e9)
+        result = _benchmark_in_worker(worker, test, True, 100, 30e9)
         logger.log(f"benchmark.{idx}.spec", test.spec)
         if isinstance(result, Stats):
             _log_stats(logger, idx, result)
@@ -470,7 +609,7 @@ def _profile_one(test: TestCase, under_ncu: bool) -> str:
     return profiler.key_averages().table(sort_by="self_cuda_time_total", row_limit=20)
 
 
-def run_profiling(logger: PopcornOutput, pool, tests: list[TestCase]) -> int:
+def run_profiling(logger: PopcornOutput, worker: Worker, tests: list[TestCase]) -> int:
     # The board sets POPCORN_NCU=1 when it runs this under ncu. (Its evaluator takes the ncu branch
     # for any value, even when unset, since bool("0") is True; we honour "0" and unset.)
     under_ncu = os.getenv("POPCORN_NCU", "0") not in ("", "0")
@@ -482,7 +621,7 @@ def run_profiling(logger: PopcornOutput, pool, tests: list[TestCase]) -> int:
         if not torch.cuda.is_available():
             error = "profiling needs a CUDA GPU (torch.cuda.is_available() is False)"
         else:
-            report = _in_worker(pool, _profile_one, test, under_ncu)
+            report = worker.apply(_profile_one, test, under_ncu)
             error = report.summary if isinstance(report, Raised) else None
         if error is not None:
             passed = False
@@ -529,14 +668,15 @@ def popcorn_main(fd_text: str) -> int:
         print(f"eval.py: file descriptor {fd} (POPCORN_FD) is not open: result lines go to stdout",
               file=sys.stderr)
         fd = os.dup(sys.stdout.fileno())
-    worker_setup = {}
-    if mode == "test" and reference_stands_in():
+    stand_in = mode == "test" and reference_stands_in()
+    if stand_in:
         print(f"eval.py: no CUDA GPU: testing the harness with {_shown(REFERENCE_SUBMISSION)} (the reference) "
-              f"in place of {_shown(DEFAULT_SUBMISSION)}, whose sm_100a kernel needs a B200", file=sys.stderr)
-        worker_setup = dict(initializer=load_submission, initargs=(str(REFERENCE_SUBMISSION),))
-    with PopcornOutput(fd) as logger:
-        with multiprocessing.get_context("spawn").Pool(1, **worker_setup) as pool:
-            return POPCORN_MODES[mode](logger, pool, tests)
+              f"in place of {_shown(DEFAULT_SUBMISSION)}, whose sm_100a kernel needs a B200; each test is "
+              "reported as failed, since the submission did not run", file=sys.stderr)
+    with PopcornOutput(fd) as logger, Worker(str(REFERENCE_SUBMISSION) if stand_in else None) as worker:
+        if stand_in:
+            return run_testing(logger, worker, tests, stand_in=True)
+        return POPCORN_MODES[mode](logger, worker, tests)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -545,10 +685,14 @@ def popcorn_main(fd_text: str) -> int:
 _SOL_ROW = re.compile(r"^\s*(\d+)\s+(\[[\d,\s]*\])\s+(\[[\d,\s]*\])\s+(\[[\d,\s]*\])\s+\d+\s+([\d.]+)\s*$")
 
 HELP_EPILOG = """\
+SPEC_FILE, if given, replaces task.yml's tests or benchmarks: one per line, in the board's syntax.
+The submission runs in a worker process; if that process dies (sys.exit, a segfault), the row
+says so ("worker died (signal 11)") and the next case runs in a fresh worker.
+
 Without a GPU, `test` runs on the CPU (inputs generated there, reference by exact
 dequantization). Without --submission, if submission.py has an sm_100a kernel (defines
-compile_sm100: it needs a B200), it then tests tests/ref_submission.py (the reference) instead, as
-the board's face does in mode test. A full `test` run without a GPU (no --only) also runs the sm_100a
+compile_sm100: it needs a B200), it then tests tests/ref_submission.py (the reference) instead
+(the board's face runs it too in mode test, but reports each test as failed). A full `test` run without a GPU (no --only) also runs the sm_100a
 inspection, `python tools/inspect_sm100.py --submission FILE`, on the file under test, or on
 submission.py without --submission; a file without `compile_sm100` (no sm_100a kernel) is not
 inspected. --inspect / --no-inspect force it on or off.
@@ -557,8 +701,11 @@ inspected. --inspect / --no-inspect force it on or off.
 CUDA events around 15 back-to-back calls. It prints the mean (the board ranks by it) and the
 median, and flags every repeat slower than 2x the median.
 
+`--baseline cublas` (a B200 only) times each benchmark again under SM100_CONFIG = "cublas" (each
+group through torch._scaled_mm) and prints the ratio of the means.
+
 Exit codes: 0 all passed; 1 a test, benchmark or the inspection failed; 2 bad use (one line on
-stderr); 3 `benchmark` without a CUDA GPU.
+stderr); 3 `benchmark` skipped: no CUDA GPU, or `--baseline cublas` without a B200.
 
 The board's face: with POPCORN_FD set in the environment,
   POPCORN_FD=N python eval.py MODE SPEC_FILE
@@ -570,7 +717,10 @@ as `key: value` lines (`test.0.status: pass`, `benchmark.0.mean: ...`, `check: p
 descriptor N, or to stdout if N is not open. Exit codes there: 0 all passed (leaderboard: always
 0, the verdict is the `check` line); 112 a test or benchmark failed, including a submission
 that cannot be imported or raises (one-line reason on the descriptor); 113 the spec file is
-unreadable or a line is malformed; 2 bad mode or arguments.
+unreadable or a line is malformed; 2 bad mode or arguments. A worker that dies fails its test
+or benchmark ("worker died (signal 11)") and the next one runs in a fresh worker. Without a GPU,
+`test` runs the reference in place of a submission with an sm_100a kernel, but reports every
+test as failed ("needs a CUDA GPU (sm_100a kernel); the harness passed with the reference").
 """
 
 
@@ -619,16 +769,18 @@ def _spec_line(entry: dict) -> str:
     return "; ".join(f"{key}: {value}" for key, value in entry.items())
 
 
-def _select_cases(entries: list[dict], only: Optional[int], sol_us: dict) -> list[Case]:
-    if only is not None and not 1 <= only <= len(entries):
-        raise UsageError(f"--only {only}: there are {len(entries)} (numbered 1 to {len(entries)})")
-    cases = []
-    for number, entry in enumerate(entries, start=1):
-        if only in (None, number):
-            spec = _spec_line(entry)
-            key = tuple(tuple(entry[name]) for name in "mnk")
-            cases.append(Case(number, TestCase(args=parse_spec_line(spec), spec=spec), sol_us.get(key)))
-    return cases
+def _task_tests(entries: list[dict]) -> list[TestCase]:
+    return [TestCase(args=parse_spec_line(_spec_line(entry)), spec=_spec_line(entry)) for entry in entries]
+
+
+def _select_cases(tests: list, only: Optional[int], sol_us: dict) -> list[Case]:
+    """Cases numbered from 1, `--only` applied, each with task.yml's speed of light for its sizes if
+    it lists them. `tests`: TestCases, or task.yml entries (dicts)."""
+    tests = [test if isinstance(test, TestCase) else _task_tests([test])[0] for test in tests]
+    if only is not None and not 1 <= only <= len(tests):
+        raise UsageError(f"--only {only}: there are {len(tests)} (numbered 1 to {len(tests)})")
+    return [Case(number, test, sol_us.get(tuple(tuple(test.args[name]) for name in "mnk")))
+            for number, test in enumerate(tests, start=1) if only in (None, number)]
 
 
 def load_submission(file_name: str) -> None:
@@ -716,19 +868,32 @@ def run_inspection(submission: Path) -> bool:
     return done.returncode == 0
 
 
-def local_test(cases: list[Case], submission: Path, inspected: Optional[Path], verbose: bool) -> int:
+def _start_worker(submission: Path) -> Worker:
+    """A worker that has imported `submission`; UsageError if it cannot (one line, as at import)."""
+    worker = Worker(str(submission))
+    started = worker.start()
+    if isinstance(started, Raised):
+        worker.close()
+        summary = started.summary
+        if summary.startswith("worker died"):
+            summary = f"cannot import {submission}: {summary}"
+        raise UsageError(summary, started.traceback)
+    return worker
+
+
+def local_test(cases: list[Case], worker: Worker, submission: Path, inspected: Optional[Path], verbose: bool) -> int:
     print(f"Tests of {_shown(submission)} on {_device_name()}")
     print(f"{'#':>3}  result     time   G  M  N  K")
     failed = 0
     for case in cases:
         start = time.perf_counter()
-        result = _call_catching(_run_single_test, case.test)
+        result = worker.apply(_run_single_test, case.test)
         seconds = time.perf_counter() - start
         good, message = (False, result.summary) if isinstance(result, Raised) else result
         print(f"{case.number:>3}  {'pass' if good else 'FAIL':<6} {seconds:6.2f} s  {_sizes(case.test)}")
         if message:
             _print_message(message)
-        if verbose and isinstance(result, Raised):
+        if verbose and isinstance(result, Raised) and result.traceback:
             _print_traceback(result.traceback)
         failed += not good
     print(f"{len(cases) - failed} of {len(cases)} passed")
@@ -765,42 +930,78 @@ def _geomean(values: list[float]) -> float:
     return math.exp(sum(map(math.log, values)) / len(values))
 
 
-def local_benchmark(cases: list[Case], submission: Path, plot_path: Optional[Path], verbose: bool) -> int:
+BASELINE_CONFIG = "cublas"  # --baseline: the submission's SM100_CONFIG rung timed beside it
+
+
+def _with_config(config: str, function: Callable, *args, **kwargs):
+    """function(*args) with the submission's SM100_CONFIG set to `config` (runs in the worker; a
+    plan is keyed by the configuration, so each has its own)."""
+    module = sys.modules["submission"]
+    saved = module.SM100_CONFIG
+    module.SM100_CONFIG = config
+    try:
+        return function(*args, **kwargs)
+    finally:
+        module.SM100_CONFIG = saved
+
+
+def _summary_cells(summary: RepeatSummary, sol_us: Optional[float]) -> tuple:
+    stats = summary.stats
+    sol = f"{sol_us:.3f}" if sol_us else "n/a"
+    ratio = f"{stats.mean / sol_us:.1f}" if sol_us else "n/a"
+    return (f"{stats.mean:.2f}", f"{summary.median:.2f}", f"{stats.best:.2f}", f"{stats.worst:.2f}",
+            str(stats.runs), str(len(summary.slow)), sol, ratio)
+
+
+def local_benchmark(cases: list[Case], worker: Worker, submission: Path, plot_path: Optional[Path], verbose: bool,
+                    baseline: Optional[str] = None) -> int:
+    """The board's timing of each case; with `baseline`, the submission under SM100_CONFIG =
+    baseline is timed right after it in the same worker, and the ratio of the means printed."""
     progress = ProgressLine(sys.stdout)
     print(f"Benchmarks of {_shown(submission)} on {_device_name()}: {NUM_ITERATIONS_PER_BENCHMARK} inputs, "
           "L2 flushed before each timed repeat; the board ranks by the mean")
+    if baseline:
+        print(f"each benchmark also under SM100_CONFIG = \"{baseline}\" (the row below it), "
+              "and the ratio of the means")
     progress.show("warm-up (benchmark 1)")
     # A failure here shows again, and is reported, in the timed run below.
-    _call_catching(_run_single_benchmark, cases[0].test, False, 100, 10e7, clear_l2_cache)
+    worker.apply(_run_single_benchmark, cases[0].test, False, 100, 10e7, clear_l2_cache)
     progress.clear()
     print(_benchmark_row("#", BENCHMARK_COLUMNS, " G  M  N  K"))
-    summaries, failed = {}, 0
+    summaries, baseline_means, failed = {}, {}, 0
     for case in cases:
-        progress.show(f"benchmark {case.number}: generating inputs, checking outputs")
+        runs = [("", ())] + ([(baseline, (baseline,))] if baseline else [])
+        means = {}
+        for label, config in runs:
+            progress.show(f"benchmark {case.number}{' ' + label if label else ''}: generating inputs, checking outputs")
 
-        def report(runs: int, seconds: float, number=case.number) -> None:
-            progress.show(f"benchmark {number}: {runs} timed repeats, {seconds:.0f} s "
-                          "(at most 100 repeats or 2 min)")
+            def report(repeats: int, seconds: float, number=case.number) -> None:
+                progress.show(f"benchmark {number}{' ' + label if label else ''}: {repeats} timed repeats, "
+                              f"{seconds:.0f} s (at most 100 repeats or 2 min)")
 
-        result = _call_catching(_run_single_benchmark, case.test, False, 100, 10e9, clear_l2_cache, report)
-        progress.clear()
-        sol = f"{case.sol_us:.3f}" if case.sol_us else "n/a"
-        if not isinstance(result, list):
-            failed += 1
-            print(_benchmark_row(case.number, ("FAIL",) + ("-",) * 5 + (sol, "-"), _sizes(case.test)))
-            _print_message(result.summary if isinstance(result, Raised) else result)
-            if verbose and isinstance(result, Raised):
-                _print_traceback(result.traceback)
-            continue
-        summary = summarize_repeats([ns / 1000 for ns in result])
-        stats = summary.stats
-        ratio = f"{stats.mean / case.sol_us:.1f}" if case.sol_us else "n/a"
-        cells = (f"{stats.mean:.2f}", f"{summary.median:.2f}", f"{stats.best:.2f}", f"{stats.worst:.2f}",
-                 str(stats.runs), str(len(summary.slow)), sol, ratio)
-        print(_benchmark_row(case.number, cells, _sizes(case.test)))
-        if summary.slow:
-            _print_message(describe_slow_repeats(summary))
-        summaries[case.number] = summary
+            arguments = (case.test, False, 100, 10e9, clear_l2_cache)
+            result = (worker.apply(_with_config, *config, _run_single_benchmark, *arguments, on_progress=report)
+                      if config else worker.apply(_run_single_benchmark, *arguments, on_progress=report))
+            progress.clear()
+            number = label or case.number
+            if not isinstance(result, list):
+                failed += 1
+                sol = f"{case.sol_us:.3f}" if case.sol_us else "n/a"
+                print(_benchmark_row(number, ("FAIL",) + ("-",) * 5 + (sol, "-"), _sizes(case.test)))
+                _print_message(result.summary if isinstance(result, Raised) else result)
+                if verbose and isinstance(result, Raised) and result.traceback:
+                    _print_traceback(result.traceback)
+                continue
+            summary = summarize_repeats([ns / 1000 for ns in result])
+            print(_benchmark_row(number, _summary_cells(summary, case.sol_us), _sizes(case.test)))
+            if summary.slow:
+                _print_message(describe_slow_repeats(summary))
+            means[label] = summary.stats.mean
+            if not label:
+                summaries[case.number] = summary
+        if baseline and len(means) == 2:
+            baseline_means[case.number] = means[baseline]
+            print(f"       mean / {baseline} mean: {means[''] / means[baseline]:.2f}")
     if failed == 0 and len(cases) > 1:
         means = [s.stats.mean for s in summaries.values()]
         line = (f"geomean: mean {_geomean(means):.2f} us (the board's ranking), "
@@ -808,6 +1009,9 @@ def local_benchmark(cases: list[Case], submission: Path, plot_path: Optional[Pat
         if all(case.sol_us for case in cases):
             sol_geomean = _geomean([case.sol_us for case in cases])
             line += f"; speed of light {sol_geomean:.3f} us, mean/SOL {_geomean(means) / sol_geomean:.1f}"
+        if baseline:
+            baseline_geomean = _geomean(list(baseline_means.values()))
+            line += f"; {baseline} {baseline_geomean:.2f} us, ratio {_geomean(means) / baseline_geomean:.2f}"
         print(line)
     if plot_path is not None and summaries:
         plot = _plot_module()
@@ -842,6 +1046,9 @@ def make_parser() -> argparse.ArgumentParser:
         description="Check (test) or time (benchmark) a submission on task.yml's tests and benchmarks, "
                     "locally. Under POPCORN_FD it is the board's evaluator instead (see the end).")
     parser.add_argument("mode", choices=["test", "benchmark"])
+    parser.add_argument("spec_file", nargs="?", type=Path, metavar="SPEC_FILE",
+                        help="tests to run instead of task.yml's, one per line in the board's syntax: "
+                             "`m: [96, 128]; n: [128, 256]; k: [256, 512]; g: 2; seed: 1111`")
     parser.add_argument("--submission", metavar="FILE", type=Path,
                         help="file defining custom_kernel (default: submission.py next to eval.py; "
                              "without a GPU, `test` uses tests/ref_submission.py instead)")
@@ -853,7 +1060,24 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--plot", metavar="FILE.png", type=Path,
                         help="`benchmark`: draw the times against speed of light and the published "
                              "anchors (needs matplotlib)")
+    parser.add_argument("--baseline", choices=[BASELINE_CONFIG],
+                        help="`benchmark`: also time the submission under SM100_CONFIG = \"cublas\" (each "
+                             "group through torch._scaled_mm; a B200 only) and print the ratio of the means")
     return parser
+
+
+def baseline_problem(baseline: str, submission: Path) -> str:
+    """'' if `--baseline` can run here on `submission`, else one line saying why not."""
+    if not re.search(r"^SM100_CONFIG\s*=", submission.read_text(), re.MULTILINE):
+        return f"--baseline {baseline}: {_shown(submission)} has no SM100_CONFIG line to set"
+    if not torch.cuda.is_available():
+        return (f"--baseline {baseline} needs a B200 (FP4 torch._scaled_mm, compute capability 10.x): "
+                "no CUDA GPU here")
+    major, minor = torch.cuda.get_device_capability()
+    if major != 10:
+        return (f"--baseline {baseline} needs a B200: cuBLAS has no FP4 GEMM on compute capability "
+                f"{major}.{minor} ({torch.cuda.get_device_name()})")
+    return ""
 
 
 def local_main(argv: list[str]) -> int:
@@ -862,38 +1086,51 @@ def local_main(argv: list[str]) -> int:
     try:
         options = make_parser().parse_args(argv)
         tests, benchmarks, sol_us = load_task(ROOT / "task.yml")
-        cases = _select_cases(tests if options.mode == "test" else benchmarks, options.only, sol_us)
-        if options.mode == "test" and options.plot:
-            raise UsageError("--plot applies to benchmark")
+        if options.spec_file is not None:
+            try:
+                listed = read_spec_file(options.spec_file)
+            except SpecError as error:
+                raise UsageError(str(error)) from None
+        else:
+            listed = _task_tests(tests if options.mode == "test" else benchmarks)
+        cases = _select_cases(listed, options.only, sol_us)
+        if options.mode == "test" and (options.plot or options.baseline):
+            raise UsageError(f"{'--plot' if options.plot else '--baseline'} applies to benchmark")
         if options.mode == "benchmark" and options.inspect is not None:
             raise UsageError("--inspect/--no-inspect apply to test")
         if options.plot and not options.plot.parent.is_dir():
             raise UsageError(f"--plot: no folder {options.plot.parent} to write {options.plot.name} into")
         if options.plot:
             _plot_module()  # before any benchmark runs: a missing matplotlib is said at once
+        submission = options.submission or DEFAULT_SUBMISSION
+        if not submission.is_file():
+            raise UsageError(f"submission file not found: {options.submission}")
+        if options.baseline and (problem := baseline_problem(options.baseline, submission)):
+            print(f"eval.py: benchmark skipped: {problem}", file=sys.stderr)
+            return 3
         if options.mode == "benchmark" and not torch.cuda.is_available():
             print("eval.py: benchmark skipped: no CUDA GPU here (timing needs CUDA events); "
                   "run it on a GPU machine", file=sys.stderr)
             return 3
-        submission = options.submission or DEFAULT_SUBMISSION
         inspect = options.mode == "test" and (options.inspect if options.inspect is not None else (
-            options.only is None and not torch.cuda.is_available()))
+            options.only is None and options.spec_file is None and not torch.cuda.is_available()))
         if options.submission is None and options.mode == "test" and reference_stands_in():
             submission = REFERENCE_SUBMISSION
             inspected_note = f"; {_shown(DEFAULT_SUBMISSION)} is checked by the sm_100a inspection below"
             print(f"no CUDA GPU: testing the harness with {_shown(REFERENCE_SUBMISSION)} (the reference)"
                   + (inspected_note if inspect else ""))
-        load_submission(str(submission))
+        worker = _start_worker(submission)
     except UsageError as error:
         if options is not None and options.verbose and error.details:
             print(error.details, file=sys.stderr, end="")
         print(f"eval.py: {error}", file=sys.stderr)
         return 2
     set_seed(42)
-    if options.mode == "benchmark":
-        return local_benchmark(cases, submission, options.plot, options.verbose)
-    inspected = (options.submission or DEFAULT_SUBMISSION) if inspect else None
-    return local_test(cases, submission, inspected, options.verbose)
+    with worker:
+        if options.mode == "benchmark":
+            return local_benchmark(cases, worker, submission, options.plot, options.verbose, options.baseline)
+        inspected = (options.submission or DEFAULT_SUBMISSION) if inspect else None
+        return local_test(cases, worker, submission, inspected, options.verbose)
 
 
 def main() -> int:

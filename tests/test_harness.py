@@ -366,17 +366,126 @@ def test_popcorn_benchmark_without_gpu_fails_clearly(harness_dir, mode):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without a GPU")
-@pytest.mark.parametrize("face", ["local", "board"])
-def test_without_gpu_the_reference_stands_in_for_an_sm100_submission_in_both_faces(harness_dir, face):
-    """submission.py with an sm_100a kernel (here a wrong one) cannot run on a CPU: the reference is
-    tested instead, and that is said. Without compile_sm100 the same wrong kernel is tested itself."""
+def test_without_gpu_the_local_face_tests_the_reference_in_place_of_an_sm100_submission(harness_dir):
+    """submission.py with an sm_100a kernel (here a wrong one) cannot run on a CPU: the local face
+    tests the reference instead, and says so. Without compile_sm100 the same wrong kernel is tested."""
     for submission, passes in ((SM100_SUBMISSION, True), (WRONG_SUBMISSION, False)):
         (harness_dir / "submission.py").write_text(submission)
-        if face == "local":
-            done = run_eval(harness_dir, "test", "--only", "1")
-            verdict, said = "1 of 1 passed" in done.stdout, done.stdout
-        else:
-            done, result, _ = run_popcorn(harness_dir, "test", SPEC_1_GROUP)
-            verdict, said = result["check"] == "pass", done.stderr
-        assert verdict == passes and done.returncode == (0 if passes else {"local": 1, "board": 112}[face]), said
-        assert ("testing the harness with tests/ref_submission.py (the reference)" in said) == passes, said
+        done = run_eval(harness_dir, "test", "--only", "1")
+        assert ("1 of 1 passed" in done.stdout) == passes and done.returncode == (0 if passes else 1), done.stdout
+        assert ("testing the harness with tests/ref_submission.py (the reference)" in done.stdout) == passes
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without a GPU")
+def test_without_gpu_the_boards_channel_never_says_pass_for_a_submission_that_did_not_run(harness_dir):
+    """Issue 21, item 2: the reference runs in place of the sm_100a submission, but the channel a
+    program reads says fail, with the reason and what the reference showed; exit 112."""
+    (harness_dir / "submission.py").write_text(SM100_SUBMISSION)
+    done, result, lines = run_popcorn(harness_dir, "test", SPEC_2_GROUPS + SPEC_1_GROUP)
+    assert done.returncode == 112, done.stderr
+    assert "pass" not in {result["test.0.status"], result["test.1.status"], result["check"]}
+    assert result["test.0.error"] == ("needs a CUDA GPU (sm_100a kernel); the harness passed with the reference")
+    assert "testing the harness with tests/ref_submission.py (the reference)" in done.stderr
+    # a submission without an sm_100a kernel runs itself on the CPU, and can pass there
+    (harness_dir / "submission.py").write_text((ROOT / "tests" / "ref_submission.py").read_text())
+    done, result, _ = run_popcorn(harness_dir, "test", SPEC_1_GROUP)
+    assert done.returncode == 0 and result["check"] == "pass", done.stderr
+
+
+# --- a worker that dies (issue 21, item 1) -------------------------------------------------------
+
+DYING_SUBMISSIONS = {
+    "exit code 5": "import sys\n\ndef custom_kernel(data):\n    sys.exit(5)\n",
+    "signal 11": "import os, signal\n\ndef custom_kernel(data):\n    os.kill(os.getpid(), signal.SIGSEGV)\n",
+}
+
+
+@pytest.mark.parametrize("how", DYING_SUBMISSIONS)
+def test_a_dead_worker_fails_the_board_faces_test_and_the_next_one_runs(harness_dir, how):
+    """The board's evaluator waits forever here (multiprocessing.Pool.apply on a dead worker)."""
+    (harness_dir / "submission.py").write_text(DYING_SUBMISSIONS[how])
+    done, result, lines = run_popcorn(harness_dir, "test", SPEC_2_GROUPS + SPEC_1_GROUP, timeout=120)
+    assert done.returncode == 112, done.stderr
+    assert lines == ["test-count: 2", "test.0.spec: " + SPEC_2_GROUPS.strip(), "test.0.status: fail",
+                     f"test.0.error: worker died ({how})", "test.1.spec: " + SPEC_1_GROUP.strip(),
+                     "test.1.status: fail", f"test.1.error: worker died ({how})", "check: fail"]
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("how", DYING_SUBMISSIONS)
+def test_a_dead_worker_is_a_row_of_the_local_face(harness_dir, how):
+    (harness_dir / "dies.py").write_text(DYING_SUBMISSIONS[how])
+    (harness_dir / "two.txt").write_text(SPEC_1_GROUP + SPEC_2_GROUPS)
+    done = run_eval(harness_dir, "test", "two.txt", "--submission", "dies.py", timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stdout.count(f"       worker died ({how})\n") == 2 and "0 of 2 passed" in done.stdout
+    assert done.stderr == ""
+
+
+def test_a_submission_that_kills_its_worker_at_import_is_bad_use(harness_dir):
+    (harness_dir / "dies.py").write_text("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n")
+    done = run_eval(harness_dir, "test", "--submission", "dies.py")
+    assert done.returncode == 2 and stderr_is_one_line(done), done.stderr
+    assert "cannot import dies.py: worker died (signal 11)" in done.stderr
+
+
+# --- what came back (issue 21, item 4) ----------------------------------------------------------
+
+RETURNS = {
+    "None": ("def custom_kernel(data):\n    return None\n", "custom_kernel returned None instead of a list of 1 "
+             "float16 tensors shaped [M, N, 1] (the c tensors: [200, 128, 1])"),
+    "float32": ("def custom_kernel(data):\n    return [c.float() for _, _, c in data[0]]\n",
+                "custom_kernel returned a list whose item 0 is a float32 tensor shaped [200, 128, 1] instead of"),
+    "short": ("def custom_kernel(data):\n    return []\n", "custom_kernel returned a list of 0 items instead of"),
+    "2d": ("def custom_kernel(data):\n    return [c[:, :, 0] for _, _, c in data[0]]\n",
+           "item 0 is a float16 tensor shaped [200, 128] instead of"),
+}
+
+
+@pytest.mark.parametrize("kind", RETURNS)
+def test_what_came_back_is_named_before_any_value_check_in_both_faces(harness_dir, kind):
+    code, said = RETURNS[kind]
+    (harness_dir / "submission.py").write_text(code)
+    done, result, _ = run_popcorn(harness_dir, "test", SPEC_1_GROUP)
+    assert done.returncode == 112 and said in result["test.0.error"], result
+    (harness_dir / "one.txt").write_text(SPEC_1_GROUP)
+    done = run_eval(harness_dir, "test", "one.txt")
+    assert done.returncode == 1 and said in done.stdout and "utils.py" not in done.stdout, done.stdout
+
+
+def test_result_problem_accepts_the_c_tensors_and_names_the_first_wrong_item():
+    data = harness.generate_input(m=(8, 16), n=(128, 256), k=(256, 256), g=2, seed=3)
+    cs = [c for _, _, c in data[0]]
+    assert harness.result_problem(data, cs) == "" and harness.result_problem(data, tuple(cs)) == ""
+    assert "item 1 is a list" in harness.result_problem(data, [cs[0], [1]])
+    assert harness.result_problem(data, cs[0]).startswith("custom_kernel returned a float16 tensor shaped [8, 128, 1]")
+
+
+# --- local spec files and other submissions (issue 21, item 3) -------------------------------------
+
+
+def test_local_face_takes_a_spec_file_and_another_submission(harness_dir):
+    (harness_dir / "mine.txt").write_text("\n" + SPEC_2_GROUPS + SPEC_1_GROUP)
+    (harness_dir / "v2.py").write_text((ROOT / "tests" / "ref_submission.py").read_text())
+    done = run_eval(harness_dir, "test", "mine.txt", "--submission", "v2.py")
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [line.split() for line in done.stdout.splitlines() if line[:3].strip().isdigit()]
+    assert [row[:2] for row in rows] == [["1", "pass"], ["2", "pass"]]
+    assert rows[0][-4:] == ["2", "40,72", "128,256", "256,512"] and rows[1][-4:] == ["1", "200", "128", "256"]
+    assert "Tests of v2.py" in done.stdout and "2 of 2 passed" in done.stdout and "inspection" not in done.stdout
+    (harness_dir / "wrong.py").write_text(WRONG_SUBMISSION)
+    done = run_eval(harness_dir, "test", "mine.txt", "--submission", "wrong.py", "--only", "2")
+    assert done.returncode == 1 and "  2  FAIL" in done.stdout and "0 of 1 passed" in done.stdout
+
+
+@pytest.mark.parametrize("spec, message", [
+    (None, "Could not open test file `missing.txt`"),
+    ("m: [96]; n: [128]; k: [100]; g: 1; seed: 3\n", "each k must be a multiple of 16"),
+    ("\n", "no test cases in `spec.txt`"),
+])
+def test_a_bad_local_spec_file_is_one_line_and_exit_2(harness_dir, spec, message):
+    if spec is not None:
+        (harness_dir / "spec.txt").write_text(spec)
+    done = run_eval(harness_dir, "benchmark" if spec == "\n" else "test", "missing.txt" if spec is None else "spec.txt")
+    assert done.returncode == 2 and stderr_is_one_line(done) and message in done.stderr, done.stderr
+    assert done.stdout == ""
