@@ -100,9 +100,11 @@ def install(sm_count: int = 148) -> None:
     global _lib
     if _lib is not None:
         return
-    if "cuda.bindings.driver" in sys.modules or "cutlass" in sys.modules:
-        loaded = [m for m in ("cuda.bindings.driver", "cutlass") if m in sys.modules]
-        raise EmulatorSetupError(f"emulator.driver.install() must run before {loaded[0]} is imported")
+    if "cutlass" in sys.modules:
+        raise EmulatorSetupError("emulator.driver.install() must run before cutlass is imported")
+    driver = _loaded_libcuda()
+    if driver:  # cuda-python loads the driver at its first call, not at import (torch imports it)
+        raise EmulatorSetupError(f"a CUDA driver is already loaded in this process ({driver})")
     folder = build()
     _lib = ctypes.CDLL(str(folder / "libcuda.so.1"), mode=ctypes.RTLD_GLOBAL)
     os.environ["CUTE_DSL_LIBS"] = str(folder / "libcuda_dialect_runtime.so")
@@ -119,6 +121,17 @@ def install(sm_count: int = 148) -> None:
     # cuda-python's runtime bindings embed a static cudart, which needs the driver's private export
     # tables: the DSL's device count (JitCompiledFunction's executor) comes from here instead.
     cudart.cudaGetDeviceCount = lambda: (cudart.cudaError_t.cudaSuccess, 1)
+
+
+def _loaded_libcuda() -> str | None:
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return None
+    for line in maps.splitlines():
+        if "libcuda.so" in line and "nvfp4-emulator" not in line:
+            return line.split()[-1]
+    return None
 
 
 def _declare(lib) -> None:

@@ -57,6 +57,9 @@ from reference import _dequantize, ceil_div, sf_vec_size  # noqa: E402
 from utils import verbose_allclose  # noqa: E402
 
 DEFAULT_TIMEOUT_S = 180  # per case, including the first call's compile
+# The ladder's stages the emulator runs (--emulate): the benchmarks' N and K (4096-7168) would take
+# tens of minutes each at its speed (BENCHMARKS.md, "The B200 kernel in the emulator").
+EMULATED_STAGES = ("one_tile", "partial_tiles", "all_values", "many_groups", "task_tests")
 RESULT_PREFIX = "check.py result: "  # how a case's process hands its result to the ladder
 SENTINEL_BITS = 0x7E5A  # an fp16 NaN with a payload a kernel does not write by accident
 GUARD_ROWS = 256  # rows of c's width on each side of c: more than any tile can overhang
@@ -238,26 +241,51 @@ def _synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def run_case_here(case: Case, submission: Path, device: str = "cuda", config: str | None = None) -> Result:
+def run_case_here(case: Case, submission: Path, device: str = "cuda", config: str | None = None,
+                  emulate: bool = False) -> Result:
     """Load the submission, run custom_kernel once on the case's inputs, judge the outputs.
     (device "cpu" checks this tool itself, with a submission that runs there.) `config`: the
-    submission's SM100_CONFIG for this run; it is read when the first call builds its plan."""
+    submission's SM100_CONFIG for this run; it is read when the first call builds its plan.
+    `emulate`: the B200 kernel runs in the emulator on the CPU (tools/emulate.py), at a B200's
+    worker count; a hang or a defect the emulator reports is the case's HANG or ERROR."""
     harness.load_submission(str(submission))
+    module = sys.modules["submission"]
     if config is not None:
-        sys.modules["submission"].SM100_CONFIG = config
-    from submission import custom_kernel
-
+        module.SM100_CONFIG = config
+    device = "cpu" if emulate else device
     data, guards = make_input(case, device)
     expected = reference_outputs(data)
     _synchronize(device)
     start = time.perf_counter()
     try:
-        outputs = custom_kernel(data)
-        _synchronize(device)
+        if emulate:
+            outputs = _emulated_call(module, data, guards)
+        else:
+            outputs = module.custom_kernel(data)
+            _synchronize(device)
+    except EmulatorHang as hang:
+        return Result("HANG", None, time.perf_counter() - start, str(hang))
     except Exception as error:
         return Result("ERROR", None, time.perf_counter() - start,
                       f"custom_kernel raised {harness._describe(error)}")
     return judge(data, outputs, expected, guards, time.perf_counter() - start)
+
+
+class EmulatorHang(Exception):
+    pass
+
+
+def _emulated_call(module, data, guards):
+    import emulate  # tools/emulate.py
+    import emulator
+
+    module.DEVICE = emulate.EmulatedB200(None)
+    emu = emulator.Emulator(warp_roles=emulate.submission_roles(module))
+    try:
+        outputs, _ = emulate.emulated_call(module, data, [guard.buffer for guard in guards], emu)
+    except emulator.HangError as hang:
+        raise EmulatorHang(f"{hang.message}\n{hang.report}") from None
+    return outputs
 
 
 # ---------------------------------------------------------------------------------------------
@@ -510,8 +538,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--config", metavar="TEXT",
                         help="the submission's SM100_CONFIG for these runs: 'safe', 'shipped,pdl=off', "
                              "'multicast=off,l2_hints=off' (default: the file's line)")
+    parser.add_argument("--emulate", action="store_true",
+                        help="on a CPU: the B200 kernel in the emulator (tools/emulate.py), the cases that fit it")
     options = parser.parse_args(argv)
-    cases = ladder()
+    if options.emulate:
+        from emulator import driver  # the stub driver must be in place before cutlass is imported
+
+        try:
+            driver.install()
+        except Exception as error:  # noqa: BLE001 - one line says why
+            print(f"check.py --emulate: {error}", file=sys.stderr)
+            return 2
+    cases = [case for case in ladder() if not options.emulate or case.stage in EMULATED_STAGES]
     if options.list:
         print(ROW.format("stage", "case", "G", "M", "N", "K", "", "", "").rstrip())
         for case in cases:
@@ -525,7 +563,7 @@ def main(argv: list[str]) -> int:
     if options.stage and options.stage not in stages:
         print(f"check.py: unknown stage {options.stage!r} (stages: {', '.join(stages)})", file=sys.stderr)
         return 2
-    if _needs_cuda():
+    if not options.emulate and _needs_cuda():
         return 2
     if not options.submission.is_file():
         print(f"check.py: submission file not found: {options.submission}", file=sys.stderr)
@@ -542,7 +580,8 @@ def main(argv: list[str]) -> int:
 
     if options.case:
         try:
-            result = run_case_here(by_name[options.case], options.submission, config=options.config)
+            result = run_case_here(by_name[options.case], options.submission, config=options.config,
+                                   emulate=options.emulate)
         except harness.UsageError as error:  # the submission cannot be imported
             result = Result("ERROR", None, 0.0, str(error))
         if options.json:
@@ -553,14 +592,19 @@ def main(argv: list[str]) -> int:
                 print(f"    {result.message}")
         return 0 if result.verdict == "PASS" else 1
 
-    major, minor = torch.cuda.get_device_capability()
-    print(f"{options.submission} on {torch.cuda.get_device_name()} (compute capability {major}.{minor}); "
-          f"each case in its own process, at most {options.timeout:g} s", flush=True)
+    if options.emulate:
+        major, minor = 10, 0
+        print(f"{options.submission} in the emulator (a B200's 148 SMs, on this CPU); each case in its own "
+              f"process, at most {options.timeout:g} s; stages {', '.join(EMULATED_STAGES)}", flush=True)
+    else:
+        major, minor = torch.cuda.get_device_capability()
+        print(f"{options.submission} on {torch.cuda.get_device_name()} (compute capability {major}.{minor}); "
+              f"each case in its own process, at most {options.timeout:g} s", flush=True)
     selected = [case for case in cases if options.stage in (None, case.stage)]
 
     def in_subprocess(case: Case, config: str | None = options.config) -> Result:
         command = [sys.executable, str(Path(__file__).resolve()), "--case", case.name,
-                   "--submission", str(options.submission), "--json"]
+                   "--submission", str(options.submission), "--json"] + (["--emulate"] if options.emulate else [])
         return run_in_subprocess(command + (["--config", config] if config else []), options.timeout)
 
     def say(line: str) -> None:

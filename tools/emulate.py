@@ -162,14 +162,14 @@ def load_submission(path: Path):
 def run_submission(args, emulator) -> tuple:
     """Every --spec through submission.py's real host path: a verdict line per case, then the overall one."""
     S = load_submission(args.submission)
-    config = S.sm100_config(args.config)
+    S.sm100_config(args.config)  # a text that does not parse ends here, in one line
     S.SM100_CONFIG = args.config
     S.DEVICE = EmulatedB200(args.workers)
     results = []
     for spec in args.spec:
         start = time.perf_counter()
         try:
-            (word, max_error, message), stats = run_submission_case(S, config, spec, args, emulator)
+            (word, max_error, message), stats = run_submission_case(S, spec, args, emulator)
         except emulator.HangError as e:
             print(e.report, flush=True)
             word, max_error, message, stats = "HANG", None, e.message, None
@@ -189,25 +189,36 @@ def run_submission(args, emulator) -> tuple:
     return (worst[0], max(errors) if errors else None, message), total
 
 
-def run_submission_case(S, config, spec: str, args, emulator) -> tuple:
-    import torch
+def submission_roles(S) -> dict:
+    return {**{w: "epilogue" for w in S.EPILOGUE_WARPS}, S.MMA_WARP: "MMA", S.TMA_WARP: "TMA"}
 
+
+def emulated_call(S, data, extra_tensors, emu):
+    """`S.custom_kernel(data)` with the emulator as the B200 (S.DEVICE must be an EmulatedB200): every
+    input, `extra_tensors` (e.g. guard buffers around c) and the plan's tables registered as global memory.
+    Returns custom_kernel's outputs and the run's figures."""
+    import emulator
     from emulator import driver
-    from reference import ref_kernel
 
-    data, guards = board_inputs(spec)
-    sizes = S.validate_inputs(data)
-    emu = emulator.Emulator(mode=args.mode, seed=args.seed, ptx_filter=args.ptx_filter,
-                            warp_roles={**{w: "epilogue" for w in S.EPILOGUE_WARPS}, S.MMA_WARP: "MMA",
-                                        S.TMA_WARP: "TMA"}, **_budget(args))
-    emu.register(*guards)
+    emu.register(*extra_tensors)
     for group in (*data[0], *data[1], *data[2]):
         emu.register(*group)
     driver.take_launches()
     outputs = S.custom_kernel(data)
     for plan in S._plans.values():
         emu.register(*plan.launch.buffers)
-    stats = emulator.combine(emu.run_pending(S.compile_sm100(len(sizes), config)))
+    return outputs, emulator.combine(emu.run_pending(S.compile_sm100(len(data[3]), S.sm100_config())))
+
+
+def run_submission_case(S, spec: str, args, emulator) -> tuple:
+    import torch
+
+    from reference import ref_kernel
+
+    data, guards = board_inputs(spec)
+    emu = emulator.Emulator(mode=args.mode, seed=args.seed, ptx_filter=args.ptx_filter,
+                            warp_roles=submission_roles(S), **_budget(args))
+    outputs, stats = emulated_call(S, data, guards, emu)
     # the kernel's results, copied before the reference runs: ref_kernel writes into the same c tensors
     results = [out.to(torch.float64) for out in outputs]
     reference = [ref.to(torch.float64) for ref in ref_kernel(data)]
