@@ -159,15 +159,22 @@ epilogue stores from registers with st.global predicated on M (the example stage
 stores it with TMA); token boxes partly past M, zero-filled by the TMA. The Hopper path runs the
 same host path, table walk and store predication.
 
-Never executed (no B200 in reach): every configuration of this kernel: tcgen05.mma / cp / ld /
-fence, TMEM allocation, the 2-CTA pairing and cluster launch, the token-scale multicast, the
-pipelines, programmatic dependent launch across calls and the prefetch before it. Executed on the
-H200 through the Hopper path: the host path and LaunchArgs, descriptor construction as kernel
-parameters and their selection by group, build_tile_schedule with jobs="tiles" walked per token
-variant, the epilogue's row pairing and clipped stores, and PDL between two kernels
-(Sm100Config.pdl switches it there too). The B200's in-order walk of its records and the hybrid
-and weight-block job policies have run only in CPU tests (tests/test_schedule.py walks them as the
-kernel does), and the weight-block policy on the H200 in the method check.
+Executed in emulation (emulator/, a functional emulator of sm_100a PTX proven on NVIDIA's block-
+scaled GEMM; tests/test_emulator_submission.py in CI on every commit, `python tools/check.py
+--emulate` on any CPU): SM100_SHIPPED and SM100_SAFE, in eager and adversarial timing, on task.yml's
+10 tests and on M = 1, 7, 40, 129, 255, N = 128 and 384 (a pair's second CTA wholly out of bounds),
+K = 256, 512, 768 and G = 1, 2, 5, 8, with 2 or 3 workers (stage and accumulator pipelines wrap);
+every job policy; each switch flipped from shipped; the B200's worker count (74 pairs, 148 CTAs) on
+small shapes. That runs the real host path (plan, schedule tables, LaunchArgs, CompiledLaunch and the
+DSL's own descriptor encoding) and, in the kernel, tcgen05.mma / cp / ld, TMEM allocation, the 2-CTA
+pairing and cluster launch, the multicasts, the pipelines and the epilogue's clipped stores.
+
+Only hardware can show: timing (every B200 figure here is modelled); the effect of the L2 hints;
+PDL's overlap with the previous call (the emulator runs one grid at a time); the SASS ptxas makes of
+this PTX; the memory-ordering role of the fences; and anything else emulator/DESIGN.md lists as not
+modelled. Executed on the H200 through the Hopper path: the host path and LaunchArgs, descriptors as
+kernel parameters selected by group, build_tile_schedule with jobs="tiles", the epilogue's row
+pairing and clipped stores, and PDL between two kernels (Sm100Config.pdl switches it there too).
 """
 from __future__ import annotations
 
