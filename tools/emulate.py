@@ -261,7 +261,8 @@ def main(argv=None) -> int:
         driver.install()
         import emulator
     except Exception as e:  # noqa: BLE001 - the one line says why
-        print(f"ERROR setup: {e}", flush=True)
+        text = str(e)
+        print(f"ERROR {text if text.startswith('setup: ') else 'setup: ' + text}", flush=True)
         return EXIT["ERROR"]
     try:
         (word, max_error, message), stats = (run_nvidia if args.command == "nvidia" else run_submission)(args, emulator)
