@@ -23,7 +23,8 @@ WARP_ROLES = {0: "epilogue", 1: "epilogue", 2: "epilogue", 3: "epilogue", 4: "MM
 
 
 def example_path() -> Path:
-    return Path(torch.__file__).parent / "_inductor/kernel/vendored_templates/cutedsl/dense_blockscaled_gemm_persistent.py"
+    templates = Path(torch.__file__).parent / "_inductor/kernel/vendored_templates/cutedsl"
+    return templates / "dense_blockscaled_gemm_persistent.py"
 
 
 def _load_example():

@@ -4,21 +4,36 @@ PTX ISA 9.7.16 "TensorCore 5th Generation Family Instructions". Each layout deci
 below, with where it came from; "NVIDIA's kernel" means dense_blockscaled_gemm_persistent.py (1-CTA and
 2-CTA forms) had to pass with it, which settled what the ISA's figures show but its text does not say.
 
-| semantic | function | source |
-|---|---|---|
-| tensor memory: 128 lanes x 512 columns of 32 bits per CTA; address = lane << 16 \\| column | TensorMemory | 9.7.16.2.1 |
-| alloc: power of two >= 32 columns, lowest free range; relinquish forbids later allocs | TensorMemory.alloc | 9.7.16.7.1 |
-| shared-memory matrix descriptor: start >> 4 (0-13), LBO >> 4 (16-29), SBO >> 4 (32-45), version 1 (46-48), base offset (49-51), LBO mode (52), swizzle (61-63: 0 none, 1 128B/32B-atom, 2 128B, 4 64B, 6 32B) | SmemDescriptor | 9.7.16.4.1 (text) |
-| K-major canonical layouts: 8-row groups SBO apart, rows of the swizzle width (16 B core matrices without swizzle, LBO apart along K); swizzle on address bits [4, 7) ^ [7, 10) (128 B) | smem_matrix_addresses | 9.7.16.4.2, 5.5.7; NVIDIA's kernel |
-| instruction descriptor, block-scaled kinds: B scale id (4-5), A/B format (7-9, 10-12), negate A/B (13, 14), A/B major (15, 16), N >> 3 (17-22), scale type (23: 0 ue4m3, 1 ue8m0), M >> 4 (24-28), A scale id (29-30) | InstrDescriptor | 9.7.16.4.3 (table); M's position: NVIDIA's constants (M = 128 at bit 27) |
-| e2m1 element 2i in the low nibble of byte i | fp4_e2m1_decode | 5.2.5 packed formats; NVIDIA's kernel |
-| accumulator, M = 128 per CTA: row m in lane m, column n at the D address + n (fp32); cta_group::2 M = 256: rows 128c.. in CTA c of the pair | mma_block_scaled_instruction | 9.7.16.10.x data path layouts; NVIDIA's kernel |
-| scale factors, scale_vec::4X: row r's four scales (K = 64) in lane r % 32 (of any 32-lane quarter), column address + r // 32, one byte per 16-element block | scale_factors | 9.7.16.10.7 figures (text: four per row in one 32-bit column, duplicated to all four 32-lane quarters); NVIDIA's kernel |
-| cta_group::2: A rows 0-127 from CTA 0's shared memory, 128-255 from CTA 1's; B rows 0..N/2-1 from CTA 0, the rest from CTA 1 (same descriptors); SFA from each CTA's tensor memory; SFB from the issuing CTA's | mma_block_scaled_instruction | 9.7.16.10.4 (2-CTA); NVIDIA's 2-CTA kernel (expect-tx 57344 = both CTAs' A, half of B each) |
-| tcgen05.cp 32x128b.warpx4: 32 rows of 16 bytes (descriptor layout, no swizzle) to lanes i, 32+i, 64+i, 96+i, 4 columns; cta_group::2: each CTA of the pair from its own shared memory | tcgen05_cp | 9.7.16.8.4, data movement shapes |
-| tcgen05.ld 32x32b.xN: thread t of warp w reads lane 32 (w % 4) + t, register j = column + j | tcgen05_ld | 9.7.16.8.3, Matrix fragments 32x32b |
-| tcgen05.ld 16x256b.xN: in repetition i (8 columns), thread t holds lane base + t / 4 columns 8i + 2 (t % 4) + {0, 1}, then lane base + 8 + t / 4, the same columns | tcgen05_ld | 9.7.16.8.3, Matrix fragments 16x256b (figure); NVIDIA's epilogue |
-| stmatrix m8n8 .x1/.x2/.x4 [.trans] b16: lanes 8i..8i+7 give matrix i's row addresses; register i of lane t holds row t / 4, columns 2 (t % 4) + {0, 1} (transposed with .trans) | stmatrix_m8n8 | 9.7.9.x stmatrix, figures |
+Each entry: the semantic, the function that holds it, where it comes from.
+- Tensor memory: 128 lanes x 512 columns of 32 bits per CTA; address = lane << 16 | column (TensorMemory;
+  ISA 9.7.16.2.1). Allocation: a power of two >= 32 columns, the lowest free range; relinquishing the permit
+  forbids later allocations (TensorMemory.alloc; 9.7.16.7.1).
+- Shared-memory matrix descriptor (SmemDescriptor; 9.7.16.4.1, all in the text): start >> 4 (bits 0-13),
+  LBO >> 4 (16-29), SBO >> 4 (32-45), version 1 (46-48), base offset (49-51), LBO mode (52), swizzle (61-63:
+  0 none, 1 128 B with 32-B atoms, 2 128 B, 4 64 B, 6 32 B).
+- K-major canonical layouts (smem_matrix_addresses; 9.7.16.4.2, 5.5.7; NVIDIA's kernel): groups of 8 rows
+  SBO apart, rows of the swizzle width (16-B core matrices without swizzle, LBO apart along K), swizzled on
+  address bits [4, 7) ^ [7, 10) for 128 B.
+- Instruction descriptor of the block-scaled kinds (InstrDescriptor; 9.7.16.4.3's table; M's position from
+  NVIDIA's constants, M = 128 at bit 27): B scale id (4-5), A/B format (7-9, 10-12), negate A/B (13, 14),
+  A/B major (15, 16), N >> 3 (17-22), scale type (23: 0 ue4m3, 1 ue8m0), M >> 4 (24-28), A scale id (29-30).
+- e2m1 packing: element 2i in the low nibble of byte i (fp4_e2m1_decode; 5.2.5; both kernels).
+- Accumulator (mma_block_scaled_instruction; 9.7.16.10 data path layouts; NVIDIA's kernel): M = 128 per CTA,
+  row m in lane m, column n at the D address + n (fp32); cta_group::2, M = 256: rows 128c.. in CTA c.
+- Scale factors, scale_vec::4X (scale_factors; 9.7.16.10.7, whose text says four per row in one 32-bit
+  column, duplicated to the four 32-lane quarters; the rest from NVIDIA's kernel): row r's four scales in
+  lane r % 32, column address + r // 32, one byte per 16-element block.
+- cta_group::2 operands (mma_block_scaled_instruction; NVIDIA's 2-CTA kernel, whose expect-tx of 57344 B
+  counts both CTAs' A and half of B each): A rows 0-127 from CTA 0's shared memory, 128-255 from CTA 1's;
+  B rows 0..N/2-1 from CTA 0, the rest from CTA 1, same descriptors; SFA from each CTA's tensor memory, SFB
+  from the issuing CTA's.
+- tcgen05.cp 32x128b.warpx4 (tcgen05_cp; 9.7.16.8.4): 32 rows of 16 B (through the descriptor, no swizzle)
+  to lanes i, 32+i, 64+i, 96+i, 4 columns; with cta_group::2 each CTA of the pair from its own shared memory.
+- tcgen05.ld (tcgen05_ld; 9.7.16.8.3, matrix fragments): 32x32b.xN, thread t of warp w reads lane
+  32 (w % 4) + t, register j = column + j; 16x256b.xN (the figure; NVIDIA's epilogue), in repetition i
+  (8 columns) thread t holds lane base + t / 4 at columns 8i + 2 (t % 4) + {0, 1}, then lane base + 8 + t / 4.
+- stmatrix m8n8 .x1/.x2/.x4 [.trans] b16 (stmatrix_m8n8; 9.7.9.x, figures): lanes 8i..8i+7 give matrix i's
+  row addresses; register i of lane t holds row t / 4, columns 2 (t % 4) + {0, 1} (transposed with .trans).
 
 Products of FP4 and e4m3 values are exact in float64; each MMA instruction sums its K = 64 products in
 float64 and adds them to the fp32 accumulator once, rounding to fp32 (the hardware's internal order and

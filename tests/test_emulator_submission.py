@@ -7,7 +7,8 @@ shapes that break tiled kernels (M = 1, 7, 40, 129, 255; N = 128 and 384, odd mu
 pair's second CTA has every box out of bounds; K = 256, 512 and 768; G = 1, 2, 5 and 8, the last with
 benchmark 1's M list), with 2 or 3 workers so that each walks several records and the stage and
 accumulator pipelines wrap; every job policy; each single switch flipped from shipped; and the B200's real
-worker count (74 pairs, 148 CTAs with cta_group 1) on small shapes. Seeds are in each case's line.
+worker count (74 pairs, 148 CTAs with cta_group 1) on small shapes and on benchmarks 3 and 4. Seeds are in
+each case's line.
 """
 
 import subprocess
@@ -23,7 +24,8 @@ pytestmark = pytest.mark.skipif(sys.version_info < (3, 10), reason="the DSL need
 
 
 def _spec(entry: dict) -> str:
-    return f"m: {list(entry['m'])}; n: {list(entry['n'])}; k: {list(entry['k'])}; g: {entry['g']}; seed: {entry['seed']}"
+    return (f"m: {list(entry['m'])}; n: {list(entry['n'])}; k: {list(entry['k'])}; g: {entry['g']}; "
+            f"seed: {entry['seed']}")
 
 
 TASK_SPECS = [_spec(e) for e in yaml.safe_load((ROOT / "task.yml").read_text())["tests"]]
@@ -89,8 +91,9 @@ def test_a_planted_defect_fails_the_submission_too():
     assert done.returncode == 1 and done.stdout.strip().splitlines()[-1].startswith("FAIL"), done.stdout[-3000:]
 
 
-@pytest.mark.slow
-def test_benchmark_4_at_the_real_worker_count():
-    """Benchmark 4 (G = 2, M 128 and 384, N 4096, K 1536) on 74 pairs: run before each kernel change."""
-    assert_all_pass("shipped", ["m: [128, 384]; n: [4096, 4096]; k: [1536, 1536]; g: 2; seed: 1111"], workers=None,
-                    timeout=3000)
+@pytest.mark.parametrize("number", [3, 4])
+def test_benchmark_shapes_at_the_real_worker_count(number):
+    """Benchmarks 3 (G = 2, M 192 and 320, N 3072, K 4096) and 4 (M 128 and 384, N 4096, K 1536) on the
+    B200's 74 pairs (about 20 and 40 s here); benchmarks 1 and 2 would take 10 minutes or more each."""
+    entry = yaml.safe_load((ROOT / "task.yml").read_text())["benchmarks"][number - 1]
+    assert_all_pass("shipped", [_spec(entry)], workers=None, timeout=1800)

@@ -140,7 +140,7 @@ def board_inputs(spec: str):
     data = generate_input(**values)
     guards = []
     abc = []
-    for (a, b, c), (m, n, k, _) in zip(data[0], data[3]):
+    for (a, b, _), (m, n, _, _) in zip(data[0], data[3]):
         buffer = torch.full(((m + 2 * GUARD_ROWS) * n,), GUARD, dtype=torch.int16)
         buffer[GUARD_ROWS * n:(GUARD_ROWS + m) * n] = POISON
         c_view = buffer.view(torch.float16)[GUARD_ROWS * n:(GUARD_ROWS + m) * n].view(m, n, 1)
@@ -185,7 +185,9 @@ def run_submission(args, emulator) -> tuple:
     total = emulator.combine(ran) if ran else emulator.RunStats(0, 0.0, 0, 0)
     errors = [r[1] for r in results if r[1] is not None]
     passed = sum(r[0] == "PASS" for r in results)
-    message = f"{passed} of {len(results)} cases pass" + ("" if worst[0] == "PASS" else f"; first {worst[0]}: {worst[2]}")
+    message = f"{passed} of {len(results)} cases pass"
+    if worst[0] != "PASS":
+        message += f"; first {worst[0]}: {worst[2]}"
     return (worst[0], max(errors) if errors else None, message), total
 
 

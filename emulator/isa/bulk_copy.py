@@ -118,7 +118,7 @@ def _load(instr, program):
             for cta, _ in deliveries:
                 cta.shared.check(d_offset, nbytes, "TMA load destination")
 
-            def deliver(tmap=tmap, box=box, deliveries=deliveries, d_offset=d_offset):
+            def deliver(tmap=tmap, box=box, deliveries=deliveries, d_offset=d_offset, gm=gm):
                 for cta, barrier in deliveries:
                     address = (cta.rank << 24) | d_offset
                     data, count = tma.load_box(tmap, box, gm.read, address)
@@ -152,7 +152,7 @@ def _store(instr, program):
             w.cta.shared.check(offset, nbytes, "TMA store source")
             gm = w.cta.grid.global_memory
 
-            def deliver(tmap=tmap, box=box, offset=offset, address=int(s[lane])):
+            def deliver(tmap=tmap, box=box, offset=offset, address=int(s[lane]), nbytes=nbytes, gm=gm):
                 tma.store_box(tmap, box, w.cta.shared.read(offset, nbytes), address, gm.write)
 
             op = AsyncOp(deliver, (), where)
