@@ -68,7 +68,3 @@ def expected(data):
 
     abc = [(a, b, torch.empty_like(c)) for a, b, c in data[0]]
     return reference.ref_kernel((abc, data[1], data[2], data[3]))
-
-
-def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: long emulated runs (a benchmark shape at the B200's worker count)")
