@@ -752,29 +752,6 @@ SCHEDULE = ScheduleShape(
 _compiled = {}
 
 
-class ScratchLaunch(CompiledLaunch):
-    """The launch of a plan whose fp16 token scratch is one buffer: a call on another stream than
-    the plan's previous call first makes its stream wait (on the GPU, no host sync) for that call's
-    kernels, so its pre-pass cannot overwrite tokens the other call's GEMM still reads.  Calls on
-    one stream are ordered by it already.  submission.ShapePlan calls it under the plan's lock."""
-
-    def __init__(self, compiled, args, buffers=()):
-        super().__init__(compiled, args, buffers)
-        self.previous_call_done = torch.cuda.Event()
-        self.previous_stream = None
-
-    def __call__(self, stream):
-        if torch.cuda.is_current_stream_capturing():
-            # A graph orders its own nodes; an event from outside the capture must not enter it.
-            super().__call__(stream)
-            return
-        if self.previous_stream is not None and stream != self.previous_stream:
-            stream.wait_event(self.previous_call_done)
-        super().__call__(stream)
-        self.previous_call_done.record(stream)
-        self.previous_stream = stream
-
-
 def _launch_args(num_groups):
     return LaunchArgs(
         num_groups,
@@ -823,4 +800,6 @@ def make_sm90_launch(sizes, device, config):
     args.set("num_tiles", len(records))
     args.set("num_ctas", len(offsets))
     args.set("prep_blocks", max(-(-m * (k // TILE_K) // PREP_THREADS) for m, _, k in sizes))
-    return ScratchLaunch(compile_sm90(len(sizes), config.pdl), args, buffers=(tiles, cta_tiles, scratch))
+    # One scratch per plan: submission.ShapePlan makes a call on another stream wait for the
+    # previous call's kernels before this launch can overwrite the tokens they read.
+    return CompiledLaunch(compile_sm90(len(sizes), config.pdl), args, buffers=(tiles, cta_tiles, scratch))

@@ -179,7 +179,8 @@ pairing and clipped stores, and PDL between two kernels (Sm100Config.pdl switche
 from __future__ import annotations
 
 # The B200 configuration this file runs: "shipped", "safe", or either with fields changed, e.g.
-# "shipped,multicast=off" (Sm100Config below lists the fields; tools/check.py names this line).
+# "shipped,multicast=off" (Sm100Config below lists the fields; tools/check.py names this line);
+# "cublas", the last rung, runs no kernel of this file but cuBLAS per group (CublasPlan).
 SM100_CONFIG = "shipped"
 
 import bisect
@@ -192,7 +193,7 @@ import threading
 import dataclasses
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 
@@ -675,8 +676,17 @@ class CudaDevice:
             workers = utils.HardwareInfo(torch.cuda.current_device()).get_max_active_clusters(cta_group)
         return min(workers, torch.cuda.get_device_properties(device).multi_processor_count // cta_group)
 
-    def stream(self, device):
-        return torch.cuda.current_stream(device)
+    def stream(self, device) -> "StreamHandle":
+        """The current stream of `device`, as its handle: torch's raw query, without building a
+        torch.cuda.Stream on every call (issue 21, item 8)."""
+        return StreamHandle(torch._C._cuda_getCurrentRawStream(device.index))
+
+
+class StreamHandle(NamedTuple):
+    """A CUDA stream as the host path uses it: the handle that CompiledLaunch writes into the launch
+    arguments (a torch.cuda.Stream has the same attribute)."""
+
+    cuda_stream: int
 
 
 DEVICE = CudaDevice()
@@ -712,6 +722,7 @@ class ShapePlan:
         self.metadata = metadata
         self.launch = launch
         self.launch_lock = threading.Lock()
+        self.stream = None  # handle of the stream the previous call launched on
 
     def run(self, data) -> None:
         tensors = _input_tensors(data)
@@ -724,17 +735,74 @@ class ShapePlan:
         # The launch arguments are one block per plan: two threads calling with one shape must not
         # launch with each other's addresses (the call into the host function releases the GIL).
         with self.launch_lock:
+            if stream.cuda_stream != self.stream:
+                self._follow_previous_call(stream.cuda_stream)
             self.launch.args.set_inputs(pointers)
             self.launch(stream)
+
+    def _follow_previous_call(self, handle: int) -> None:
+        """A call on another stream than the previous call's: its stream first waits, on the GPU,
+        for all that is queued on the previous one, the previous call's kernels included, which may
+        still read what the plan holds once (the Hopper kernel's fp16 token scratch). Calls on one
+        stream are ordered by it; only a switch pays (a per-call event cost each call 3-5 us of host
+        time, issue 21, item 8). In a CUDA graph capture the graph orders its own nodes, and an
+        outside stream must not enter it."""
+        if self.stream is not None:
+            if torch.cuda.is_current_stream_capturing():
+                return
+            device = self.metadata[0][3]
+            previous = torch.cuda.ExternalStream(self.stream, device=device)
+            torch.cuda.ExternalStream(handle, device=device).wait_stream(previous)
+        self.stream = handle
+
+
+class CublasPlan:
+    """SM100_CONFIG = "cublas", the last rung of tools/check.py's bisection: every group through
+    torch._scaled_mm, cuBLAS's FP4 block-scaled GEMM, as the board's reference computes on a B200,
+    written into its c. The pre-reordered scales are cuBLAS's 128x4 blocked layout already: each is a
+    permuted view of a contiguous (1, M/128, K/64, 32, 4, 4) buffer, passed as a flat view of that
+    buffer (L = 1), so a call converts no layout and allocates nothing beyond what _scaled_mm does.
+    cuBLAS has FP4 GEMMs on compute capability 10.x only (not on Hopper).
+
+    It is cuBLAS, not this file's kernel: a bring-up fallback and the baseline of `eval.py benchmark
+    --baseline cublas`, not a submission to rank (KernelGuard's _scaled_mm rule reads top-level
+    functions and custom_kernel, not this method, so the file rates valid with this line too)."""
+
+    def __init__(self, sizes: tuple, metadata: list):
+        self.sizes = sizes
+        self.metadata = metadata
+
+    def run(self, data) -> None:
+        if _metadata(_input_tensors(data)) != self.metadata:
+            validate_inputs(data)
+        for (a, b, c), (sfa, sfb) in zip(data[0], data[2]):
+            torch._scaled_mm(a[:, :, 0], b[:, :, 0].transpose(0, 1), _blocked_scales(sfa), _blocked_scales(sfb),
+                             out_dtype=torch.float16, out=c[:, :, 0])
+
+
+def _blocked_scales(reordered: torch.Tensor) -> torch.Tensor:
+    """A (32, 4, M/128, 4, K/64, 1) reordered scale tensor as the flat buffer it views (the order of
+    reference.to_blocked, which _scaled_mm reads): a view, never a copy."""
+    return reordered.permute(5, 2, 4, 0, 1, 3).view(-1)
 
 
 _plans: dict = {}
 
 
-def _build_plan(data) -> ShapePlan:
+def _build_plan(data):
     sizes = validate_inputs(data)
     tensors = _input_tensors(data)
     device = tensors[0].device
+    if sm100_rung() == CUBLAS:
+        try:
+            major, minor = DEVICE.capability(device)
+        except ValueError:
+            raise ValueError(f'SM100_CONFIG = "{CUBLAS}" runs cuBLAS\'s FP4 GEMM on a B200; the inputs are on '
+                             f"{device}") from None
+        if major != 10:
+            raise ValueError(f'SM100_CONFIG = "{CUBLAS}" needs a B200: cuBLAS has no FP4 GEMM on compute '
+                             f"capability {major}.{minor}")
+        return CublasPlan(sizes, _metadata(tensors))
     major, minor = DEVICE.capability(device)
     if major == 10:
         launch = make_sm100_launch(sizes, device, sm100_config())
@@ -976,10 +1044,29 @@ SM100_SAFE = Sm100Config(
 )
 
 
+CUBLAS = "cublas"  # SM100_CONFIG's last rung: no kernel of this file, cuBLAS per group (CublasPlan)
+
+
+def sm100_rung(text: str | None = None):
+    """What an SM100_CONFIG text names, by default the file's line: CUBLAS, or the Sm100Config it
+    parses to. ValueError in one line naming the text if it is neither."""
+    text = SM100_CONFIG if text is None else text
+    if str(text).strip() == CUBLAS:
+        return CUBLAS
+    try:
+        return _parsed_config(text)
+    except ValueError as error:
+        raise ValueError(f"SM100_CONFIG = {text!r}: {error} (or {CUBLAS!r})") from None
+
+
 def sm100_config(text: str | None = None) -> Sm100Config:
-    """The configuration named by `text`, by default the file's SM100_CONFIG line (read when a
-    plan is built, so a tool may set it before the first call)."""
-    return _parsed_config(SM100_CONFIG if text is None else text)
+    """The kernel configuration named by `text`, by default the file's SM100_CONFIG line (read when
+    a plan is built, so a tool may set it before the first call); ValueError for "cublas", which
+    builds no kernel."""
+    rung = sm100_rung(text)
+    if rung == CUBLAS:
+        raise ValueError(f'SM100_CONFIG = "{CUBLAS}" builds no kernel: it runs cuBLAS per group')
+    return rung
 
 
 _parsed_config = functools.cache(Sm100Config.parse)

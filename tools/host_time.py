@@ -1,21 +1,31 @@
-"""Host time of one custom_kernel call, first call on never-seen tensors against a repeated call.
+"""Host time of one custom_kernel call on repeated tensors, per task.yml benchmark, and two floors.
 
-    python tools/host_time.py [--calls 40] [--markdown]
+    python tools/host_time.py [--rounds 20] [--tree DIR] [--markdown]
 
-For each task.yml benchmark: a first call builds the shape's plan (compile, schedule), as the
-board's correctness pass on clones does; then `--calls` never-seen inputs of the same shape are
-each called once (first-seen), then all again five times (repeated), timed on the host with
-perf_counter while the GPU is kept busy and the launch queue short (no launch waits). Rows:
-  - the path this GPU runs (Hopper on 9.0, B200 on 10.0), whole calls: lookup, checks, address
-    writes, the compiled host function (TMA descriptor encoding and the launches);
-  - its compiled host function alone, repeated (what the launch itself costs);
-  - on a GPU other than a B200, the sm_100a path up to the launch: the plan built with the B200
-    schedule and launch arguments, the compiled launch replaced by a stand-in (the sm_100a cubin
-    cannot load here); its descriptor encoding (5 per group) is not included.
-Needs a CUDA GPU.
+For each benchmark: the board's 15 inputs (seed + 42 each), each called once to build the plan (and
+compile); then `--rounds` rounds, each calling every variant on the 15 inputs in turn, timed on the
+host with perf_counter while the GPU is kept busy and the launch queue short (no launch waits for
+queue space). Variants, interleaved round by round so that drift touches them alike:
+  - whole call: custom_kernel(data), the lookup, the input checks, the address writes, the stream
+    query and the compiled host function;
+  - compiled host function: the DSL's generated host code alone (TMA descriptors encoded for each
+    group, the launches), on the last call's arguments;
+  - driver launches, prepared parameters: the same kernels launched by cuLaunchKernelEx (through
+    cuda.bindings) from parameter buffers copied once out of a CUDA-graph capture of the compiled
+    host function, which bypasses that host function (descriptors encoded once, not per call).
+    Its outputs are checked against the reference first.
+Each row gives the median and the 90th percentile of rounds x 15 calls, in microseconds.
+
+`--tree DIR` imports submission.py (and sm90_kernel.py) from DIR instead of the repository, e.g. an
+older commit's files written by `git show COMMIT:submission.py > DIR/submission.py`, to compare the
+per-call path of two trees on one machine; only the whole call is timed then. Needs a CUDA GPU.
 """
 
 import argparse
+import ctypes
+import datetime
+import importlib.metadata
+import platform
 import statistics
 import sys
 import time
@@ -24,36 +34,128 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-
-class _StandIn:
-    """Takes the place of a CompiledLaunch: holds the arguments, launches nothing."""
-
-    def __init__(self, args):
-        self.args = args
-
-    def __call__(self, stream):
-        self.args.stream.value = stream.cuda_stream
+SLEEP_CYCLES = 50_000_000  # ~25 ms of GPU clock per round: longer than a round's host work
 
 
-def _time_calls(function, inputs, rounds):
+def _check(result):
+    """cuda.bindings returns (CUresult, values...): the values, or RuntimeError naming the error."""
+    from cuda.bindings import driver
+
+    error, *values = result
+    if error != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"CUDA driver error {error!r}")
+    return values[0] if len(values) == 1 else values
+
+
+class PreparedLaunch:
+    """The kernels a compiled host function launches, captured once (CUDA graph stream capture) and
+    launched again with cuLaunchKernelEx from copies of their parameter buffers: the host cost of a
+    launch that skips the DSL's host code. The kernel after the first is launched with programmatic
+    stream serialization when `pdl` is set (as the Hopper path's GEMM is)."""
+
+    def __init__(self, launch, stream_handle: int, pdl: bool):
+        from cuda.bindings import driver
+
+        self.driver = driver
+        launch.args.stream.value = stream_handle
+        _check(driver.cuStreamBeginCapture(stream_handle, driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED))
+        try:
+            launch._run(launch._packed)
+        finally:
+            graph = _check(driver.cuStreamEndCapture(stream_handle))
+        _, count = _check(driver.cuGraphGetNodes(graph, 0))
+        nodes, _ = _check(driver.cuGraphGetNodes(graph, count))
+        self.launches, self._keep = [], []
+        for index, node in enumerate(nodes):
+            if _check(driver.cuGraphNodeGetType(node)) != driver.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL:
+                continue
+            params = _check(driver.cuGraphKernelNodeGetParams(node))
+            function = params.func
+            if not int(function):
+                function = _check(driver.cuKernelGetFunction(params.kern))
+            config = driver.CUlaunchConfig()
+            config.gridDimX, config.gridDimY, config.gridDimZ = params.gridDimX, params.gridDimY, params.gridDimZ
+            config.blockDimX, config.blockDimY, config.blockDimZ = params.blockDimX, params.blockDimY, params.blockDimZ
+            config.sharedMemBytes = params.sharedMemBytes
+            config.hStream = driver.CUstream(stream_handle)
+            if pdl and self.launches:
+                attribute = driver.CUlaunchAttribute()
+                attribute.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+                attribute.value.programmaticStreamSerializationAllowed = 1
+                config.attrs = [attribute]
+                config.numAttrs = 1
+            self.launches.append((config, function, self._copy_parameters(function, int(params.kernelParams))))
+        _check(driver.cuGraphDestroy(graph))
+
+    def _copy_parameters(self, function, pointers: int) -> int:
+        """The address of a void* array pointing into a buffer of our own that holds a copy of every
+        parameter (cuFuncGetParamInfo gives each one's size)."""
+        sizes = []
+        while True:
+            error, _, size = self.driver.cuFuncGetParamInfo(function, len(sizes))
+            if error != self.driver.CUresult.CUDA_SUCCESS:
+                break
+            sizes.append(size)
+        sources = (ctypes.c_void_p * len(sizes)).from_address(pointers)
+        buffers = [ctypes.create_string_buffer(ctypes.string_at(sources[i], size), size) for i, size in enumerate(sizes)]
+        array = (ctypes.c_void_p * len(sizes))(*(ctypes.addressof(buffer) for buffer in buffers))
+        self._keep += [buffers, array]
+        return ctypes.addressof(array)
+
+    def __call__(self) -> None:
+        for config, function, parameters in self.launches:
+            _check(self.driver.cuLaunchKernelEx(config, function, parameters, 0))
+
+
+def _time_rounds(variants: dict, inputs, rounds: int) -> dict:
+    """{name: [us per call]} over `rounds` rounds, each calling every variant on every input."""
     import torch
 
-    spans = []
+    spans = {name: [] for name in variants}
     for _ in range(rounds):
-        # Each round starts on an idle queue with the GPU kept busy, so no launch waits for
-        # queue space (about a thousand pending launches block the host).
-        torch.cuda.synchronize()
-        torch.cuda._sleep(300_000_000)
-        for data in inputs:
-            start = time.perf_counter()
-            function(data)
-            spans.append((time.perf_counter() - start) * 1e6)
+        for name, function in variants.items():
+            # Each variant starts on an idle queue with the GPU kept busy, so no launch waits for
+            # queue space (about a thousand pending launches block the host).
+            torch.cuda.synchronize()
+            torch.cuda._sleep(SLEEP_CYCLES)
+            for data in inputs:
+                start = time.perf_counter()
+                function(data)
+                spans[name].append((time.perf_counter() - start) * 1e6)
+    torch.cuda.synchronize()
     return spans
+
+
+def _plan_of(submission, sizes):
+    """The plan custom_kernel built for `sizes` (any tree's _plans, whatever its key)."""
+    return next(plan for plan in submission._plans.values() if tuple(plan.sizes) == tuple(sizes))
+
+
+def _prepared_launch_checked(submission, plan, data, pdl: bool):
+    """A PreparedLaunch of the plan, after checking that it computes data's outputs."""
+    import torch
+
+    from reference import ref_kernel
+
+    expected = [c.clone() for c in ref_kernel(([(a, b, torch.empty_like(c)) for a, b, c in data[0]], *data[1:]))]
+    submission.custom_kernel(data)  # the plan's arguments now hold data's addresses
+    for _, _, c in data[0]:
+        c.fill_(float("nan"))
+    torch.cuda.synchronize()
+    prepared = PreparedLaunch(plan.launch, torch.cuda.current_stream().cuda_stream, pdl)
+    prepared()
+    torch.cuda.synchronize()
+    for group, ((_, _, c), want) in enumerate(zip(data[0], expected)):
+        if not torch.allclose(c.float(), want.float(), rtol=1e-3, atol=1e-3):
+            raise RuntimeError(f"the prepared launch's group {group} differs from the reference")
+    return prepared
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--calls", type=int, default=40, help="never-seen inputs per benchmark")
+    parser.add_argument("--rounds", type=int, default=20, help="rounds of 15 calls per variant")
+    parser.add_argument("--tree", type=Path, metavar="DIR", help="import submission.py from DIR (whole call only)")
+    parser.add_argument("--only", type=int, metavar="N", help="benchmark number N only (from 1)")
     parser.add_argument("--markdown", action="store_true", help="print a table for BENCHMARKS.md")
     args = parser.parse_args(argv)
     import torch
@@ -61,52 +163,48 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("host_time.py needs a CUDA GPU", file=sys.stderr)
         return 2
-    import yaml
-
+    if args.tree:
+        sys.path.insert(0, str(args.tree.resolve()))
     import submission
+
+    import eval as harness
     from reference import generate_input
 
-    major, _ = torch.cuda.get_device_capability()
-    here = "B200 path" if major == 10 else "Hopper path"
+    _, benchmarks, _ = harness.load_task(ROOT / "task.yml")
+    tree = str(args.tree) if args.tree else "this tree"
+    print(f"{datetime.date.today()}, {torch.cuda.get_device_name()}, Python {platform.python_version()}, "
+          f"torch {torch.__version__}, nvidia-cutlass-dsl {importlib.metadata.version('nvidia-cutlass-dsl')}, "
+          f"submission from {tree}; {args.rounds} rounds x 15 calls per variant", flush=True)
     rows = []
-    benchmarks = yaml.safe_load((ROOT / "task.yml").read_text())["benchmarks"]
     for number, spec in enumerate(benchmarks, 1):
-        base = generate_input(**spec)
-        submission.custom_kernel(base)
+        if args.only not in (None, number):
+            continue
+        inputs = []
+        for i in range(1, 16):
+            inputs.append(generate_input(**dict(spec, seed=spec["seed"] + 42 * i)))
+        for data in inputs:
+            submission.custom_kernel(data)
         torch.cuda.synchronize()
-        key = (submission._signature(base[3]), base[0][0][0].device)
-        plan = submission._plans[key]
-        inputs = [generate_input(**dict(spec, seed=spec["seed"] + 42 * i)) for i in range(1, args.calls + 1)]
-        torch.cuda.synchronize()
-        first = _time_calls(submission.custom_kernel, inputs, 1)
-        repeated = _time_calls(submission.custom_kernel, inputs, 5)
-        stream = torch.cuda.current_stream()
-        launch_only = _time_calls(lambda _: plan.launch(stream), inputs, 5)
-        torch.cuda.synchronize()
-        rows.append((number, f"{here}, whole call", first, repeated))
-        rows.append((number, f"{here}, compiled host function alone", None, launch_only))
-        if major != 10:
-            sizes = submission.validate_inputs(base)
-            launch_args, buffers = submission.sm100_launch_args(sizes, base[0][0][0].device, submission.sm100_config())
-            standin = submission.ShapePlan(sizes, submission._metadata(submission._input_tensors(base)), _StandIn(launch_args))
-            b200_first = _time_calls(standin.run, inputs, 1)
-            b200_repeated = _time_calls(standin.run, inputs, 5)
-            rows.append((number, "B200 path up to the launch", b200_first, b200_repeated))
-        torch.cuda.synchronize()
+        variants = {"whole call": submission.custom_kernel}
+        if not args.tree:
+            plan = _plan_of(submission, submission.validate_inputs(inputs[0]))
+            variants["compiled host function"] = lambda _, launch=plan.launch: launch._run(launch._packed)
+            try:
+                prepared = _prepared_launch_checked(submission, plan, inputs[0], submission.sm100_config().pdl)
+                variants["driver launches, prepared parameters"] = lambda _, prepared=prepared: prepared()
+            except Exception as error:  # noqa: BLE001 - the other rows still stand; say why this one is missing
+                print(f"bench {number}: no prepared launch: {type(error).__name__}: {error}", flush=True)
+        spans = _time_rounds(variants, inputs, args.rounds)
+        for name, values in spans.items():
+            values = sorted(values)
+            rows.append((number, name, statistics.median(values), values[int(0.9 * (len(values) - 1))]))
+            print(f"bench {number} {name}: median {rows[-1][2]:.1f} us, p90 {rows[-1][3]:.1f} us", flush=True)
 
-    def cell(spans):
-        return "-" if spans is None else f"{statistics.median(spans):.1f} / {max(spans):.1f}"
-
-    header = ("bench", "what", "first-seen us (median / max)", "repeated us (median / max)")
     if args.markdown:
-        print("| " + " | ".join(header) + " |")
-        print("|" + " --- |" * len(header))
-        for number, what, first, repeated in rows:
-            print(f"| {number} | {what} | {cell(first)} | {cell(repeated)} |")
-    else:
-        print(f"{header[0]:5} {header[1]:40} {header[2]:>30} {header[3]:>28}")
-        for number, what, first, repeated in rows:
-            print(f"{number:<5} {what:40} {cell(first):>30} {cell(repeated):>28}")
+        print("| bench | what | median us | p90 us |")
+        print("| --- | --- | --- | --- |")
+        for number, name, median, p90 in rows:
+            print(f"| {number} | {name} | {median:.1f} | {p90:.1f} |")
     return 0
 
 
