@@ -97,3 +97,14 @@ def test_benchmark_shapes_at_the_real_worker_count(number):
     B200's 74 pairs (about 20 and 40 s here); benchmarks 1 and 2 would take 10 minutes or more each."""
     entry = yaml.safe_load((ROOT / "task.yml").read_text())["benchmarks"][number - 1]
     assert_all_pass("shipped", [_spec(entry)], workers=None, timeout=1800)
+
+
+@pytest.mark.parametrize("config", ["shipped", "safe"])
+def test_check_ladder_under_the_emulator(config):
+    """`tools/check.py --emulate`: the ladder's partial_tiles stage (M = 1, 7, 40, 129, 300, mixed) at a B200's
+    worker count, a process per case, the verdicts of a B200 run."""
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "check.py"), "--emulate", "--stage", "partial_tiles",
+                           "--config", config], capture_output=True, text=True, timeout=1200, cwd=ROOT)
+    rows = [line for line in done.stdout.splitlines() if line.startswith("partial_tiles")]
+    assert done.returncode == 0 and len(rows) == 9 and all(" PASS " in row for row in rows), done.stdout[-3000:]
+    assert "all 9 cases passed. Next: on a B200" in done.stdout

@@ -346,7 +346,8 @@ def next_steps(case: Case, result: Result, config: str | None = None) -> list[st
     return steps
 
 
-def run_ladder(cases: list[Case], run_one, out=print, config: str | None = None) -> tuple[Case, Result] | None:
+def run_ladder(cases: list[Case], run_one, out=print, config: str | None = None,
+               emulate: bool = False) -> tuple[Case, Result] | None:
     """Run the cases stage by stage with run_one(case) -> Result; stop after the first stage with
     a failure (at once after a HANG). Returns the first failure, None if all passed."""
     out(ROW.format("stage", "case", "G", "M", "N", "K", "result", "err/tol", "seconds"))
@@ -363,11 +364,17 @@ def run_ladder(cases: list[Case], run_one, out=print, config: str | None = None)
         if first_failure:
             break
     if first_failure is None:
-        out(f"all {len(cases)} cases passed. Next: python eval.py test, then python eval.py benchmark")
+        out(f"all {len(cases)} cases passed. Next: " + ("on a B200, python tools/check.py (the benchmarks, and "
+            "what only hardware shows)" if emulate else "python eval.py test, then python eval.py benchmark"))
         return None
     case, result = first_failure
     out(f"stopped after stage {case.stage}: first failure {case.name} ({result.verdict}). Next:")
-    for step in next_steps(case, result, config):
+    steps = next_steps(case, result, config)
+    if emulate:  # the emulator's report names the PTX line; compute-sanitizer needs a GPU
+        config_flag = f" --config {config}" if config else ""
+        steps = [f"python tools/check.py --emulate --case {case.name}{config_flag}    # the emulator's full report",
+                 f"python tools/emulate.py submission --config {config or 'shipped'} --mode adversarial --spec ..."]
+    for step in steps:
         out(f"  {step}")
     return first_failure
 
@@ -610,7 +617,7 @@ def main(argv: list[str]) -> int:
     def say(line: str) -> None:
         print(line, flush=True)
 
-    failure = run_ladder(selected, in_subprocess, out=say, config=options.config)
+    failure = run_ladder(selected, in_subprocess, out=say, config=options.config, emulate=options.emulate)
     if failure is None:
         return 0
     try:
