@@ -18,13 +18,18 @@ Each row gives the median and the 90th percentile of rounds x 15 calls, in micro
 
 `--tree DIR` imports submission.py (and sm90_kernel.py) from DIR instead of the repository, e.g. an
 older commit's files written by `git show COMMIT:submission.py > DIR/submission.py`, to compare the
-per-call path of two trees on one machine; only the whole call is timed then. Needs a CUDA GPU.
+per-call path of two trees on one machine; only the whole call is timed then. Separate processes
+differ by more than the paths do (a median moved 54 -> 92 us between two runs of one tree), so
+`--older` instead rebuilds the older trees' per-call code on this tree's plan (OlderPaths) and
+times it in the same rounds. Needs a CUDA GPU.
 """
 
 import argparse
 import ctypes
 import datetime
+import functools
 import importlib.metadata
+import operator
 import platform
 import statistics
 import sys
@@ -53,16 +58,17 @@ class PreparedLaunch:
     launch that skips the DSL's host code. The kernel after the first is launched with programmatic
     stream serialization when `pdl` is set (as the Hopper path's GEMM is)."""
 
-    def __init__(self, launch, stream_handle: int, pdl: bool):
+    def __init__(self, launch, capture_stream: int, pdl: bool, stream_handle: int):
         from cuda.bindings import driver
 
         self.driver = driver
-        launch.args.stream.value = stream_handle
-        _check(driver.cuStreamBeginCapture(stream_handle, driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED))
+        launch.args.stream.value = capture_stream
+        capture = driver.CUstream(capture_stream)
+        _check(driver.cuStreamBeginCapture(capture, driver.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED))
         try:
             launch._run(launch._packed)
         finally:
-            graph = _check(driver.cuStreamEndCapture(stream_handle))
+            graph = _check(driver.cuStreamEndCapture(capture))
         _, count = _check(driver.cuGraphGetNodes(graph, 0))
         nodes, _ = _check(driver.cuGraphGetNodes(graph, count))
         self.launches, self._keep = [], []
@@ -126,6 +132,84 @@ def _time_rounds(variants: dict, inputs, rounds: int) -> dict:
     return spans
 
 
+class OlderPaths:
+    """The per-call Python of older trees, rebuilt on this tree's plan and compiled launch, so that
+    one process times them side by side (separate processes differ by more than the paths do). The
+    compiled host function is the same in all of them; what differs is the code around it:
+      - a1842eb: no lock, the stream as a torch.cuda.Stream built per call, no ordering of streams;
+      - a1842eb + lock: the lock of 5b5003f around the address writes and the launch;
+      - a1842eb + event: the per-call event of 316b4c0 (sm90_kernel.ScratchLaunch: a capture check,
+        the stream compared with the previous call's, an event recorded after each launch);
+      - 427c92b~1: both, as main was before issue 21 (the tree the issue measured as 90af688)."""
+
+    def __init__(self, submission, plan):
+        import torch
+
+        self.s, self.plan, self.torch = submission, plan, torch
+        self.event, self.previous_stream = torch.cuda.Event(), None
+        self.plans = {}  # a1842eb's cache: (signature, device) -> plan
+
+    def _lookup(self, data):
+        key = (self.s._signature(data[3]), data[0][0][0].device)
+        plan = self.plans.get(key)
+        if plan is None:
+            plan = self.plans[key] = self.plan
+        return plan
+
+    def _checked_pointers(self, data):
+        s, plan = self.s, self.plan
+        tensors = s._input_tensors(data)
+        if s._metadata(tensors) != plan.metadata:
+            s.validate_inputs(data)
+        pointers = [t.data_ptr() for t in tensors]
+        if functools.reduce(operator.or_, pointers) % 16:
+            s.validate_inputs(data)
+        return pointers
+
+    def _launch_with_event(self, stream):
+        torch, launch = self.torch, self.plan.launch
+        if torch.cuda.is_current_stream_capturing():
+            launch(stream)
+            return
+        if self.previous_stream is not None and stream != self.previous_stream:
+            stream.wait_event(self.event)
+        launch(stream)
+        self.event.record(stream)
+        self.previous_stream = stream
+
+    def a1842eb(self, data):
+        plan = self._lookup(data)
+        pointers = self._checked_pointers(data)
+        plan.launch.args.set_inputs(pointers)
+        plan.launch(self.torch.cuda.current_stream(plan.metadata[0][3]))
+        return [c for _, _, c in data[0]]
+
+    def with_lock(self, data):
+        plan = self._lookup(data)
+        pointers = self._checked_pointers(data)
+        stream = self.torch.cuda.current_stream(plan.metadata[0][3])
+        with plan.launch_lock:
+            plan.launch.args.set_inputs(pointers)
+            plan.launch(stream)
+        return [c for _, _, c in data[0]]
+
+    def with_event(self, data):
+        plan = self._lookup(data)
+        pointers = self._checked_pointers(data)
+        plan.launch.args.set_inputs(pointers)
+        self._launch_with_event(self.torch.cuda.current_stream(plan.metadata[0][3]))
+        return [c for _, _, c in data[0]]
+
+    def before(self, data):
+        plan = self._lookup(data)
+        pointers = self._checked_pointers(data)
+        stream = self.torch.cuda.current_stream(plan.metadata[0][3])
+        with plan.launch_lock:
+            plan.launch.args.set_inputs(pointers)
+            self._launch_with_event(stream)
+        return [c for _, _, c in data[0]]
+
+
 def _plan_of(submission, sizes):
     """The plan custom_kernel built for `sizes` (any tree's _plans, whatever its key)."""
     return next(plan for plan in submission._plans.values() if tuple(plan.sizes) == tuple(sizes))
@@ -142,7 +226,8 @@ def _prepared_launch_checked(submission, plan, data, pdl: bool):
     for _, _, c in data[0]:
         c.fill_(float("nan"))
     torch.cuda.synchronize()
-    prepared = PreparedLaunch(plan.launch, torch.cuda.current_stream().cuda_stream, pdl)
+    capture = torch.cuda.Stream()  # the legacy default stream cannot be captured
+    prepared = PreparedLaunch(plan.launch, capture.cuda_stream, pdl, torch.cuda.current_stream().cuda_stream)
     prepared()
     torch.cuda.synchronize()
     for group, ((_, _, c), want) in enumerate(zip(data[0], expected)):
@@ -155,6 +240,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=20, help="rounds of 15 calls per variant")
     parser.add_argument("--tree", type=Path, metavar="DIR", help="import submission.py from DIR (whole call only)")
+    parser.add_argument("--older", action="store_true",
+                        help="also time the per-call paths of older trees on this plan (OlderPaths)")
     parser.add_argument("--only", type=int, metavar="N", help="benchmark number N only (from 1)")
     parser.add_argument("--markdown", action="store_true", help="print a table for BENCHMARKS.md")
     args = parser.parse_args(argv)
@@ -188,6 +275,12 @@ def main(argv=None) -> int:
         variants = {"whole call": submission.custom_kernel}
         if not args.tree:
             plan = _plan_of(submission, submission.validate_inputs(inputs[0]))
+            if args.older:
+                older = OlderPaths(submission, plan)
+                variants.update({"whole call, a1842eb's path": older.a1842eb,
+                                 "whole call, a1842eb's path + lock": older.with_lock,
+                                 "whole call, a1842eb's path + event": older.with_event,
+                                 "whole call, 427c92b~1's path (lock + event)": older.before})
             variants["compiled host function"] = lambda _, launch=plan.launch: launch._run(launch._packed)
             try:
                 prepared = _prepared_launch_checked(submission, plan, inputs[0], submission.sm100_config().pdl)
