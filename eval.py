@@ -833,6 +833,40 @@ def _print_traceback(text: str) -> None:
         print(f"       | {line}")
 
 
+_CONFIG_LINE = re.compile(r"^SM100_CONFIG\s*=[^\n]*", re.MULTILINE)
+
+
+def config_line(path: Path) -> Optional[tuple[int, str, Any]]:
+    """(number, text, value) of the file's last `SM100_CONFIG = ...` line (the assignment that
+    counts), value being the string it assigns; None if there is none. ValueError in one line,
+    naming the line, if it does not assign a string literal."""
+    import ast
+
+    matches = list(_CONFIG_LINE.finditer(Path(path).read_text()))
+    if not matches:
+        return None
+    match = matches[-1]
+    number, text = match.string.count("\n", 0, match.start()) + 1, match[0].strip()
+    right = text.partition("=")[2].split("#")[0].strip()
+    try:
+        value = ast.literal_eval(right)
+    except (ValueError, SyntaxError):
+        value = None
+    if not isinstance(value, str):
+        raise ValueError(f"line {number} of {Path(path).name} (`{text}`): SM100_CONFIG must be a quoted text such "
+                         'as "shipped", "safe,pdl=off" or "cublas"')
+    return number, text, value
+
+
+def write_config_line(path: Path, number: int, value: str) -> str:
+    """Replace line `number` of the file with `SM100_CONFIG = "value"`; returns the new line."""
+    lines = Path(path).read_text().splitlines(keepends=True)
+    line = f'SM100_CONFIG = "{value}"'
+    lines[number - 1] = line + "\n"
+    Path(path).write_text("".join(lines))
+    return line
+
+
 def reference_stands_in() -> bool:
     """Whether, without a GPU, the reference is tested in place of submission.py (both faces): its
     sm_100a kernel (compile_sm100) needs a B200, the harness can still be checked, and the sm_100a

@@ -250,7 +250,10 @@ SWITCHES = [field.name for field in check.dataclasses.fields(submission.Sm100Con
 FEWEST_CHANGES = (lambda config: len(config.changes_from(SHIPPED)), "fewest switches changed from shipped")
 
 
-def bisect_with(breaks, failing=SHIPPED, ranking=FEWEST_CHANGES, switches=SWITCHES, first="m7"):
+LINE = (184, 'SM100_CONFIG = "shipped"', "shipped")
+
+
+def bisect_with(breaks, failing=SHIPPED, ranking=FEWEST_CHANGES, switches=SWITCHES, first="m7", last=None):
     """Bisect a failure of case `first` with a stand-in runner: a case HANGs under a configuration
     where breaks(config, case name) is true, else passes. Returns (configuration found, output
     lines, runs)."""
@@ -262,8 +265,14 @@ def bisect_with(breaks, failing=SHIPPED, ranking=FEWEST_CHANGES, switches=SWITCH
         return check.Result("HANG" if hangs else "PASS", None, 2.0 if hangs else 1.0)
 
     found = check.bisect_failure(CASES[first], check.Result("HANG", None, 180.0), check.ladder(), run_case, failing,
-                                 SAFE, switches, ranking, out=lines.append)
+                                 SAFE, switches, ranking, out=lines.append, last=last, line=LINE)
     return found, lines, runs
+
+
+def advice(config_text):
+    """The last three lines of a bisection that found `config_text` (issue 21, item 5)."""
+    return ['replace line 184 of submission.py (`SM100_CONFIG = "shipped"`) with:',
+            f'    SM100_CONFIG = "{config_text}"', "(python tools/check.py --write makes this change after the bisection)"]
 
 
 def switch_lines(lines):
@@ -275,13 +284,13 @@ def test_two_switches_that_hang_only_together_are_named_and_avoided():
     assert switch_lines(lines) == [
         "break m7 together: cta_group=2 with multicast=on (undoing any one passes; none makes SM100_SAFE fail alone)"]
     assert found == submission.Sm100Config.parse("shipped,multicast=off")  # one switch changed, passes
-    assert lines[-2:] == ["write this line at the top of submission.py:", '    SM100_CONFIG = "shipped,multicast=off"']
+    assert lines[-3:] == advice("shipped,multicast=off")
     assert lines[0] == "bisecting m7 (HANG under shipped), each run in its own process:"
     assert lines[1].split() == ["configuration", "run", "verdict", "seconds"]
     assert lines[2].split() == ["safe", "m7", "PASS", "1.0"]
     assert any(line.split() == ["shipped,cta_group=1,multicast=off", "m7", "PASS", "1.0"] for line in lines)
     assert any(line.split() == ["shipped,pdl=off", "m7", "HANG", "2.0"] for line in lines)
-    assert lines[-4].split() == ["shipped,multicast=off", "ladder", f"({len(CASES)})", "PASS", f"{len(CASES):.1f}"]
+    assert lines[-5].split() == ["shipped,multicast=off", "ladder", f"({len(CASES)})", "PASS", f"{len(CASES):.1f}"]
     # Every configuration ran each case at most once, in its own run; safe with multicast=on is safe
     # (cta_group 1 turns it off), so it was not run again.
     assert len(runs) == len(set(runs)) and runs[0] == ("safe", "m7")
@@ -293,7 +302,7 @@ def test_a_single_switch_that_breaks_is_named_and_only_it_is_undone():
     found, lines, _ = bisect_with(lambda config, case: config.l2_hints)
     assert switch_lines(lines) == ["breaks m7 alone (each makes SM100_SAFE fail): l2_hints=on"]
     assert found.describe() == "shipped,l2_hints=off"
-    assert lines[-1] == '    SM100_CONFIG = "shipped,l2_hints=off"'
+    assert lines[-3:] == advice("shipped,l2_hints=off")
 
 
 def test_when_only_safe_passes_safe_is_the_answer():
@@ -302,7 +311,7 @@ def test_when_only_safe_passes_safe_is_the_answer():
     assert named.startswith("breaks m7 alone (each makes SM100_SAFE fail): ")
     # safe with multicast=on is safe (no pair to multicast to): multicast cannot be blamed alone.
     assert set(named.split(": ")[1].split(", ")) == set(SHIPPED.changes_from(SAFE)) - {"multicast=on"}
-    assert found == SAFE and lines[-1] == '    SM100_CONFIG = "safe"'
+    assert found == SAFE and lines[-3:] == advice("safe")
 
 
 def test_when_safe_fails_too_it_points_at_the_case_and_the_sanitizer():
@@ -327,9 +336,9 @@ def test_a_candidate_that_fails_a_later_case_is_passed_over():
         return (config.cta_group == 2 and config.multicast) or (case == "bench4" and config.cta_group == 2 and config.pdl)
 
     found, lines, runs = bisect_with(breaks)
-    assert lines[-4 - check.LADDER_TRIES].split() == ["shipped,multicast=off", "ladder:", "bench4", "HANG",
+    assert lines[-5 - check.LADDER_TRIES].split() == ["shipped,multicast=off", "ladder:", "bench4", "HANG",
                                                       f"{len(CASES) + 1:.1f}"]
-    assert found is not None and lines[-1] == f'    SM100_CONFIG = "{found.describe()}"'
+    assert found is not None and lines[-3:] == advice(found.describe())
     assert not any(breaks(found, name) for name in CASES)
     assert all((found.describe(), name) in runs for name in CASES)
 
@@ -378,3 +387,88 @@ def test_a_case_process_runs_under_the_given_configuration(cpu_case, tmp_path):
     path.write_text(source)
     assert check.run_case_here(CASES["m7"], path, device="cpu", config="safe,pdl=on").verdict == "PASS"
     assert check.run_case_here(CASES["m7"], path, device="cpu").verdict == "ERROR"
+
+
+# ---------------------------------------------------------------- the cuBLAS rung (issue 21, item 9)
+
+
+def test_when_no_tcgen05_configuration_passes_the_bisection_ends_at_cublas_and_says_its_cost():
+    timed = []
+
+    def time_case(case):
+        timed.append(case.name)
+        return check.Result("PASS", 0.0, 1.0, mean_us={"bench1": 80.0, "bench2": 40.0}.get(case.name, 20.0))
+
+    last = check.LastRung("", time_case, model_us=13.29)
+    found, lines, runs = bisect_with(lambda config, case: config != check.CUBLAS_RUNG, last=last)
+    assert found == check.CUBLAS_RUNG
+    assert ("cublas", "m7") == next(run for run in runs if run[0] == "cublas")  # the failing case first
+    assert all(("cublas", name) in runs for name in CASES) and timed == ["bench1", "bench2", "bench3", "bench4"]
+    assert lines[-5] == ("no tcgen05 configuration passes; the last rung does: cuBLAS per group (torch._scaled_mm, "
+                         "as the board's reference), not this file's kernel")
+    geomean = (80 * 40 * 20 * 20) ** 0.25
+    assert lines[-4] == ("cublas cost (mean us per call, 10 repeats of 15 calls after an L2 flush): bench1 80.00, "
+                         f"bench2 40.00, bench3 20.00, bench4 20.00; geomean {geomean:.2f} us, "
+                         f"{geomean / 13.29:.1f}x the B200 model's 13.29 us for the shipped kernel")
+    assert lines[-3:] == advice("cublas")
+
+
+def test_where_cublas_cannot_run_the_bisection_says_so_in_one_line():
+    last = check.LastRung("it needs a B200: cuBLAS has no FP4 GEMM on compute capability 9.0")
+    found, lines, runs = bisect_with(lambda config, case: True, last=last)
+    assert found is None and not any(config == "cublas" for config, _ in runs)
+    assert lines[-1] == ('the last rung, SM100_CONFIG = "cublas", is not tried: it needs a B200: cuBLAS has no '
+                         "FP4 GEMM on compute capability 9.0")
+
+
+def test_a_case_process_takes_the_cublas_rung(cpu_case, tmp_path):
+    path = tmp_path / "rungs.py"
+    path.write_text("from reference import ref_kernel\nSM100_CONFIG = 'shipped'\nCUBLAS = 'cublas'\n\n"
+                    "def custom_kernel(data):\n    assert SM100_CONFIG == 'cublas'\n    return ref_kernel(data)\n")
+    assert check.run_case_here(CASES["m7"], path, device="cpu", config="cublas").verdict == "PASS"
+    assert check.parse_rung(submission, " cublas") == check.CUBLAS_RUNG
+
+
+# ---------------------------------------------------------------- the SM100_CONFIG line (issue 21, item 5)
+
+
+def test_write_replaces_the_config_line_and_nothing_else(tmp_path):
+    path = tmp_path / "submission.py"
+    source = (ROOT / "submission.py").read_text()
+    path.write_text(source)
+    number, text, value = check.harness.config_line(path)
+    assert text == f'SM100_CONFIG = "{value}"' and source.splitlines()[number - 1] == text
+    assert check.harness.write_config_line(path, number, "shipped,multicast=off") == 'SM100_CONFIG = "shipped,multicast=off"'
+    lines, before = path.read_text().splitlines(), source.splitlines()
+    assert lines[number - 1] == 'SM100_CONFIG = "shipped,multicast=off"'
+    assert lines[:number - 1] == before[:number - 1] and lines[number:] == before[number:]
+    assert check.harness.config_line(path)[2] == "shipped,multicast=off"
+
+
+def _submission_with_line(tmp_path, line):
+    path = tmp_path / "submission.py"
+    path.write_text((ROOT / "submission.py").read_text().replace('SM100_CONFIG = "shipped"', line, 1))
+    return path
+
+
+@pytest.mark.parametrize("line, said", [
+    ('SM100_CONFIG = "bogus"', "of submission.py (`SM100_CONFIG = \"bogus\"`): unknown configuration 'bogus'"),
+    ('SM100_CONFIG = "cta_group=3"', "cta_group must be 1 or 2, got 3"),
+    ("SM100_CONFIG = shipped", "(`SM100_CONFIG = shipped`): SM100_CONFIG must be a quoted text"),
+])
+def test_a_malformed_config_line_is_one_line_on_any_machine(tmp_path, line, said):
+    path = _submission_with_line(tmp_path, line)
+    done = run_tool("--submission", str(path))
+    assert done.returncode == 2 and done.stdout == "" and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("check.py: ") and said in done.stderr
+    assert f"line {check.harness.config_line(ROOT / 'submission.py')[0]} of submission.py" in done.stderr
+
+
+@pytest.mark.parametrize("text, said", [("bogus=1", "--config bogus=1: 'bogus=1': expected field=value"),
+                                        ("cta_group=x", "--config cta_group=x: invalid literal for int()")])
+def test_config_is_checked_before_the_gpu_is_looked_for(text, said):
+    done = run_tool("--config", text)
+    assert done.returncode == 2 and done.stdout == "" and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(f"check.py: {said}") and "CUDA" not in done.stderr
+    done = run_tool("--config", "cublas")  # a rung of the file: valid, then the GPU is looked for
+    assert done.stderr == "check.py needs a CUDA GPU (torch.cuda.is_available() is False)\n"

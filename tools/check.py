@@ -31,12 +31,18 @@ passes, the case with each switch of the failing configuration set to safe's val
 with each switch set to the failing one's, which names the switches that break; then the whole
 ladder under the fastest configurations the findings leave (ranked by tools/b200_model.py's
 predict_geomean), safe last. It prints a table (configuration, run, verdict, seconds) and the
-SM100_CONFIG line to write at the top of submission.py. On Hopper only `pdl` is bisected (the
-only switch the Hopper path reads).
+line of submission.py to change: "replace line N of submission.py (`SM100_CONFIG = ...`) with ...";
+`--write` makes that change. When no tcgen05 configuration passes, it ends at the last rung,
+SM100_CONFIG = "cublas" (cuBLAS per group, as the board's reference): on a B200 the whole ladder
+under it, then its time on the benchmarks (`--case benchN --time`: mean per call, 10 repeats of 15
+calls after an L2 flush); elsewhere one line says why it is not tried. On Hopper only `pdl` is
+bisected (the only switch the Hopper path reads). `--config` and the file's SM100_CONFIG line are
+checked first, on any machine: a malformed one is one line and exit 2.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib.util
 import itertools
@@ -46,6 +52,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -210,6 +217,7 @@ class Result:
     error_over_tol: float | None
     seconds: float
     message: str = ""
+    mean_us: float | None = None  # --time: the mean time of one call
 
 
 def judge(data, outputs, expected: list[torch.Tensor], guards: list[GuardedC], seconds: float) -> Result:
@@ -269,6 +277,35 @@ def run_case_here(case: Case, submission: Path, device: str = "cuda", config: st
         return Result("ERROR", None, time.perf_counter() - start,
                       f"custom_kernel raised {harness._describe(error)}")
     return judge(data, outputs, expected, guards, time.perf_counter() - start)
+
+
+TIMED_REPEATS = 10  # --time: repeats of 15 back-to-back calls, each after an L2 flush
+
+
+def time_case_here(case: Case, submission: Path, config: str | None = None) -> Result:
+    """The case's mean time per call in eval.py's way, shortened: one input (not 15), 15 calls back
+    to back between CUDA events after an L2 flush, TIMED_REPEATS repeats after a first call; FAIL or
+    ERROR if that first call's outputs do not pass."""
+    from utils import clear_l2_cache
+
+    checked = run_case_here(case, submission, config=config)
+    if checked.verdict != "PASS":
+        return checked
+    custom_kernel = sys.modules["submission"].custom_kernel
+    data, _ = make_input(case, "cuda")
+    custom_kernel(data)
+    durations = []
+    for _ in range(TIMED_REPEATS):
+        torch.cuda.synchronize()
+        clear_l2_cache()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(15):
+            custom_kernel(data)
+        end.record()
+        torch.cuda.synchronize()
+        durations.append(start.elapsed_time(end) * 1000 / 15)
+    return dataclasses.replace(checked, mean_us=sum(durations) / len(durations))
 
 
 class EmulatorHang(Exception):
@@ -475,11 +512,66 @@ def configuration_ranking(shipped):
         return (lambda config: len(config.changes_from(shipped))), "fewest switches changed from shipped"
 
 
+@dataclasses.dataclass(frozen=True)
+class CublasRung:
+    """SM100_CONFIG = "cublas", the last rung: no tcgen05 kernel, cuBLAS per group (the submission's
+    CublasPlan). Stands where the bisection takes a configuration."""
+
+    def describe(self) -> str:
+        return "cublas"
+
+
+CUBLAS_RUNG = CublasRung()
+
+
+@dataclasses.dataclass
+class LastRung:
+    """How the bisection may end at the cuBLAS rung: `unavailable` is '' on a B200, else the one
+    line that says why it is not tried; time_case(case) -> Result with mean_us, under the rung;
+    model_us: the B200 model's predicted geomean of the shipped kernel, to compare (None if none)."""
+
+    unavailable: str
+    time_case: Callable[[Case], Result] | None = None
+    model_us: float | None = None
+
+
+def describe_advice(found, line: tuple | None, submission_name: str) -> list[str]:
+    """What to change in the submission to run `found`: its SM100_CONFIG line, named by number."""
+    new = f'SM100_CONFIG = "{found.describe()}"'
+    if line is None:
+        return [f"add this line to {submission_name} (it has no SM100_CONFIG line):", f"    {new}"]
+    number, text = line[:2]
+    return [f"replace line {number} of {submission_name} (`{text}`) with:", f"    {new}",
+            "(python tools/check.py --write makes this change after the bisection)"]
+
+
+def cublas_cost(cases: list[Case], last: LastRung, out) -> None:
+    """Time the task's benchmarks under the cuBLAS rung and say what it costs."""
+    benchmarks = [case for case in cases if case.stage == "benchmarks"]
+    means = {}
+    for case in benchmarks:
+        result = last.time_case(case)
+        if result.mean_us is None:
+            out(f"cublas cost: {case.name} not timed ({result.verdict}: {result.message})")
+            return
+        means[case.name] = result.mean_us
+    if not means:
+        return
+    geomean = math.exp(sum(map(math.log, means.values())) / len(means))
+    against = (f", {geomean / last.model_us:.1f}x the B200 model's {last.model_us:.2f} us for the shipped kernel"
+               if last.model_us else "")
+    out("cublas cost (mean us per call, 10 repeats of 15 calls after an L2 flush): "
+        + ", ".join(f"{name} {mean:.2f}" for name, mean in means.items()) + f"; geomean {geomean:.2f} us{against}")
+
+
 def bisect_failure(case: Case, result: Result, cases: list[Case], run_case, failing, safe, switches,
-                   ranking, out=print) -> object | None:
+                   ranking, out=print, last: LastRung | None = None, line: tuple | None = None,
+                   submission_name: str = "submission.py") -> object | None:
     """After `case` failed with `result` under `failing`: find the switches that break it and the
-    fastest configuration that passes the whole ladder; print the findings and the SM100_CONFIG line.
-    `ranking` is configuration_ranking's pair. Returns the configuration found, None if none."""
+    fastest configuration that passes the whole ladder; print the findings and how to change the
+    SM100_CONFIG line (`line`: its number and text). `ranking` is configuration_ranking's pair. When
+    no tcgen05 configuration passes, the bisection ends at `last`, the cuBLAS rung: tried on a B200
+    (and timed), named as unavailable elsewhere. Returns the configuration found, None if none."""
     out(f"bisecting {case.name} ({result.verdict} under {failing.describe()}), each run in its own process:")
     out(BISECT_ROW.format("configuration", "run", "verdict", "seconds"))
     bisection = Bisection(run_case, failing, safe, switches, out)
@@ -490,7 +582,7 @@ def bisect_failure(case: Case, result: Result, cases: list[Case], run_case, fail
             "in what every configuration shares. Next:")
         for step in next_steps(case, safe_result, "safe"):
             out(f"  {step}")
-        return None
+        return _last_rung(bisection, cases, case, out, last, line, submission_name)
     if findings.alone:
         out(f"breaks {case.name} alone (each makes SM100_SAFE fail): {', '.join(findings.alone)}")
     elif len(findings.fixers) > 1:
@@ -506,12 +598,59 @@ def bisect_failure(case: Case, result: Result, cases: list[Case], run_case, fail
     for config in ordered + ([safe] if safe not in ordered else []):
         if bisection.passes_ladder(config, cases, case):
             out(f"fastest configuration that passes the whole ladder (by {ranked_by}): {config.describe()}")
-            out("write this line at the top of submission.py:")
-            out(f'    SM100_CONFIG = "{config.describe()}"')
+            for advice in describe_advice(config, line, submission_name):
+                out(advice)
             return config
     out("no configuration tried passes the whole ladder, SM100_SAFE included; its first failure is the "
         "next to bisect: python tools/check.py --config safe")
-    return None
+    return _last_rung(bisection, cases, case, out, last, line, submission_name)
+
+
+def _last_rung(bisection: Bisection, cases: list[Case], case: Case, out, last: LastRung | None, line,
+               submission_name: str):
+    """The cuBLAS rung through the whole ladder, once no tcgen05 configuration passes; its cost."""
+    if last is None:
+        return None
+    if last.unavailable:
+        out(f"the last rung, SM100_CONFIG = \"cublas\", is not tried: {last.unavailable}")
+        return None
+    if not bisection.passes_ladder(CUBLAS_RUNG, cases, case):
+        out("the last rung, SM100_CONFIG = \"cublas\", fails too: the fault is outside the kernel "
+            "(the inputs, the harness, the GPU)")
+        return None
+    out("no tcgen05 configuration passes; the last rung does: cuBLAS per group (torch._scaled_mm, as the "
+        "board's reference), not this file's kernel")
+    if last.time_case is not None:
+        cublas_cost(cases, last, out)
+    for advice in describe_advice(CUBLAS_RUNG, line, submission_name):
+        out(advice)
+    return CUBLAS_RUNG
+
+
+def parse_rung(module, text: str):
+    """The configuration `text` names in the submission: CUBLAS_RUNG for its "cublas" rung, else
+    its Sm100Config.parse(text) (ValueError, one line, if neither)."""
+    if text.strip() == getattr(module, "CUBLAS", None):
+        return CUBLAS_RUNG
+    return module.Sm100Config.parse(text)
+
+
+def config_problem(module, submission: Path, text: str | None) -> str:
+    """'' if `text` (--config) and the file's SM100_CONFIG line are configurations of the
+    submission, else one line saying which is not and why."""
+    try:
+        line = harness.config_line(submission)
+    except ValueError as error:
+        return str(error)
+    checks = [(f"--config {text}", text)] if text else []
+    if line is not None:
+        checks.append((f"line {line[0]} of {submission.name} (`{line[1]}`)", line[2]))
+    for where, value in checks:
+        try:
+            parse_rung(module, value)
+        except ValueError as error:
+            return f"{where}: {error}"
+    return ""
 
 
 def configurable(submission: Path):
@@ -520,6 +659,30 @@ def configurable(submission: Path):
     harness.load_submission(str(submission))
     module = sys.modules["submission"]
     return module if hasattr(module, "Sm100Config") else None
+
+
+def last_rung(submission, major: int, minor: int, options, in_subprocess) -> LastRung:
+    """The cuBLAS rung as this machine offers it: tried and timed on a B200; on other GPUs and under
+    the emulator, one line saying why not."""
+    if not hasattr(submission, "CUBLAS"):
+        return LastRung(f"{options.submission.name} has no cuBLAS rung")
+    if options.emulate:
+        return LastRung("the emulator runs the sm_100a kernel only; cuBLAS needs a B200")
+    if major != 10:
+        return LastRung(f"it needs a B200: cuBLAS has no FP4 GEMM on compute capability {major}.{minor}")
+    model_us = None
+    with contextlib.suppress(Exception):  # a model that cannot be loaded leaves the cost unranked
+        spec = importlib.util.spec_from_file_location("b200_model", ROOT / "tools" / "b200_model.py")
+        model = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(model)
+        model_us = model.predict_geomean(submission.SM100_SHIPPED)
+
+    def time_case(case: Case) -> Result:
+        command = [sys.executable, str(Path(__file__).resolve()), "--case", case.name, "--submission",
+                   str(options.submission), "--json", "--time", "--config", "cublas"]
+        return run_in_subprocess(command, options.timeout)
+
+    return LastRung("", time_case, model_us)
 
 
 def _needs_cuda() -> bool:
@@ -545,6 +708,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--config", metavar="TEXT",
                         help="the submission's SM100_CONFIG for these runs: 'safe', 'shipped,pdl=off', "
                              "'multicast=off,l2_hints=off' (default: the file's line)")
+    parser.add_argument("--write", action="store_true",
+                        help="after a bisection, write the configuration it found into the SM100_CONFIG line")
+    parser.add_argument("--time", action="store_true",
+                        help="with --case: also time it (mean per call; how the cuBLAS rung's cost is measured)")
     parser.add_argument("--emulate", action="store_true",
                         help="on a CPU: the B200 kernel in the emulator (tools/emulate.py), the cases that fit it")
     options = parser.parse_args(argv)
@@ -570,25 +737,34 @@ def main(argv: list[str]) -> int:
     if options.stage and options.stage not in stages:
         print(f"check.py: unknown stage {options.stage!r} (stages: {', '.join(stages)})", file=sys.stderr)
         return 2
-    if not options.emulate and _needs_cuda():
-        return 2
     if not options.submission.is_file():
         print(f"check.py: submission file not found: {options.submission}", file=sys.stderr)
         return 2
-    if options.config and not options.json:  # a case process gets its text from the ladder, checked
+    if not options.json:  # a case process gets its text from the ladder, checked
+        # Before the GPU check: a malformed configuration is said in one line on any machine.
         try:
-            submission = configurable(options.submission)
-            if submission is None:
-                raise ValueError(f"{options.submission} defines no Sm100Config")
-            submission.Sm100Config.parse(options.config)
+            line = harness.config_line(options.submission)
+            submission = configurable(options.submission) if options.config or line else None
         except (harness.UsageError, ValueError) as error:
-            print(f"check.py: --config {options.config}: {error}", file=sys.stderr)
+            print(f"check.py: {error}", file=sys.stderr)
             return 2
+        if options.config and submission is None:
+            print(f"check.py: --config {options.config}: {options.submission} defines no Sm100Config", file=sys.stderr)
+            return 2
+        problem = config_problem(submission, options.submission, options.config) if submission else ""
+        if problem:
+            print(f"check.py: {problem}", file=sys.stderr)
+            return 2
+    if not options.emulate and _needs_cuda():
+        return 2
 
     if options.case:
         try:
-            result = run_case_here(by_name[options.case], options.submission, config=options.config,
-                                   emulate=options.emulate)
+            if options.time:
+                result = time_case_here(by_name[options.case], options.submission, config=options.config)
+            else:
+                result = run_case_here(by_name[options.case], options.submission, config=options.config,
+                                       emulate=options.emulate)
         except harness.UsageError as error:  # the submission cannot be imported
             result = Result("ERROR", None, 0.0, str(error))
         if options.json:
@@ -597,6 +773,8 @@ def main(argv: list[str]) -> int:
             print(format_row(by_name[options.case], result).rstrip())
             if result.message:
                 print(f"    {result.message}")
+            if result.mean_us is not None:
+                print(f"    mean {result.mean_us:.2f} us per call ({TIMED_REPEATS} repeats of 15 calls after an L2 flush)")
         return 0 if result.verdict == "PASS" else 1
 
     if options.emulate:
@@ -626,11 +804,20 @@ def main(argv: list[str]) -> int:
         say(f"no bisection: {error}")
         return 1
     if submission is not None:
-        failing = submission.Sm100Config.parse(options.config or getattr(submission, "SM100_CONFIG", "shipped"))
+        failing = parse_rung(submission, options.config or getattr(submission, "SM100_CONFIG", "shipped"))
+        if failing == CUBLAS_RUNG:
+            say('the cuBLAS rung (SM100_CONFIG = "cublas") failed: there is no rung below it to bisect to')
+            return 1
         switches = HOPPER_SWITCHES if major == 9 else [field.name for field in dataclasses.fields(failing)]
         say("")
-        bisect_failure(*failure, cases, lambda case, config: in_subprocess(case, config.describe()), failing,
-                       submission.SM100_SAFE, switches, configuration_ranking(submission.SM100_SHIPPED), out=say)
+        line = harness.config_line(options.submission)
+        found = bisect_failure(*failure, cases, lambda case, config: in_subprocess(case, config.describe()), failing,
+                               submission.SM100_SAFE, switches, configuration_ranking(submission.SM100_SHIPPED),
+                               out=say, last=last_rung(submission, major, minor, options, in_subprocess),
+                               line=line, submission_name=options.submission.name)
+        if found is not None and options.write and line is not None:
+            written = harness.write_config_line(options.submission, line[0], found.describe())
+            say(f"written: line {line[0]} of {options.submission.name} now reads {written}")
     return 1
 
 
