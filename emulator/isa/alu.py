@@ -135,9 +135,7 @@ def _mad(instr, program):
     typ = type_of(instr)
     d, a, b, c = instr.operands[:4]
     if _float(typ):
-        write, ra, rb, rc = (program.writer(d, typ), program.reader(a, typ), program.reader(b, typ),
-                             program.reader(c, typ))
-        return lambda w, mask: write(w, (ra(w).astype(np.float64) * rb(w) + rc(w)).astype(TYPES[typ][0]), mask)
+        return _fma(instr, program)
     if "hi" in instr.modifiers:
         raise EmulatorError("unimplemented", "mad.hi")
     if "wide" in instr.modifiers:
@@ -162,6 +160,7 @@ def _mad(instr, program):
 
 @instruction("fma")
 def _fma(instr, program):
+    """fma.rnd.f32/f64 d, a, b, c (9.7.3.5): the product and sum rounded once (float64 then the type)."""
     typ = type_of(instr)
     d, a, b, c = instr.operands[:4]
     write, ra, rb, rc = (program.writer(d, typ), program.reader(a, typ), program.reader(b, typ),
