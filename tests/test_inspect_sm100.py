@@ -338,7 +338,7 @@ def coverage_rows(stdout: str) -> list[dict]:
     lines = stdout.splitlines()
     header = next(line for line in lines if line.split()[:3] == ["groups", "kernel", "config"]).split()
     rows = [line.split(None, len(header) - 1) for line in lines]
-    return [dict(zip(header, cells)) for cells in rows if len(cells) > 2 and re.fullmatch(r"\d+ k\d+", " ".join(cells[:2]))]
+    return [dict(zip(header, cells)) for cells in rows if len(cells) == len(header) and cells[0].isdigit()]
 
 
 def test_every_configuration_compiles_and_passes_its_checks():
@@ -354,8 +354,10 @@ def test_every_configuration_compiles_and_passes_its_checks():
         rows = coverage_rows(stdout)
         expected = {(config(text).describe(), int(g)) for text in texts for g in groups.split(",")}
         assert {(row["config"], int(row["groups"])) for row in rows} == expected, stdout + stderr
+        assert not re.search(r"^k\d+: ", stdout, re.MULTILINE)  # no legend of 200-character names (issue 21)
         for row in rows:
             assert row["verdict"] == "ok", row
+            assert row["kernel"] == "Sm100GroupedGemm.kernel", row
             assert int(row["mma"]) > 0 and int(row["UTMALDG"]) > 0 and int(row["UTC*MMA"]) > 0, row
             assert int(row["mma_2cta"]) == (int(row["mma"]) if config(row["config"]).cta_group == 2 else 0), row
         assert run.returncode == 0, stdout + stderr
@@ -407,3 +409,44 @@ def test_keep_writes_one_folder_per_configuration(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert sorted(path.name for path in tmp_path.iterdir()) == ["safe", "safe,token_variants=64+128"]
     assert all(len(list(folder.glob("g1_c*.ptx"))) == 1 for folder in tmp_path.iterdir())
+
+
+# ---------------------------------------------------------------- labels and the SM100_CONFIG line (issue 21)
+
+DSL_NAME = ("kernel_cutlass_kernel_submissionSm100GroupedGemm_object_at__Copy_Atom_ThrID_21_TV_Layout_Src_"
+            "232768327681_TV_Layout_Dst_232768327681_Value_type_f4E2M1FN_Copy_Atom_ThrID_21_TV_Layout_Src_2_0")
+
+
+def test_a_kernel_is_named_by_its_class_and_method_not_by_its_arguments():
+    assert tool.short_kernel_name(DSL_NAME) == "Sm100GroupedGemm.kernel"
+    assert tool.short_kernel_name(DSL_NAME.replace("submission", "v2"), "v2") == "Sm100GroupedGemm.kernel"
+    assert tool.short_kernel_name(GEMM) == "kernel_gemm_0"
+    long = tool.short_kernel_name("kernel_cutlass_" + "x" * 80)
+    assert len(long) == 32 and long.endswith("...")
+
+
+def _inspect_with_line(tmp_path, line, *args):
+    path = tmp_path / "submission.py"
+    path.write_text((ROOT / "submission.py").read_text().replace('SM100_CONFIG = "shipped"', line, 1))
+    return subprocess.run([sys.executable, str(ROOT / "tools" / "inspect_sm100.py"), "--submission", str(path),
+                           "--groups", "1", *args], capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("line, code, said", [
+    ('SM100_CONFIG = "bogus"', 2, "of submission.py (`SM100_CONFIG = \"bogus\"`): unknown configuration 'bogus'"),
+    ("SM100_CONFIG = shipped", 2, "(`SM100_CONFIG = shipped`): SM100_CONFIG must be a quoted text"),
+    ('SM100_CONFIG = "shipped"\nimport no_such_module_here', 1,
+     "cannot import submission.py: ModuleNotFoundError: No module named 'no_such_module_here' (at submission.py:"),
+])
+def test_a_malformed_config_line_is_one_line(tmp_path, line, code, said):
+    done = _inspect_with_line(tmp_path, line)
+    assert done.returncode == code and done.stdout == "" and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1 and said in done.stderr, done.stderr
+
+
+def test_the_cublas_rung_has_nothing_to_inspect(tmp_path):
+    done = _inspect_with_line(tmp_path, 'SM100_CONFIG = "cublas"')
+    assert done.returncode == 0 and "nothing to inspect" in done.stdout and done.stdout.count("\n") == 1
+    done = _inspect_with_line(tmp_path, 'SM100_CONFIG = "shipped"', "--config", "cublas")
+    assert done.returncode == 2 and done.stderr == ("inspect_sm100.py: --config cublas: the cuBLAS rung has no "
+                                                    "sm_100a kernel to inspect\n")

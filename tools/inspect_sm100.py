@@ -57,6 +57,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_GROUPS = (1, 2, 3, 4, 5, 8, 16, 32)
 SM100_SMEM_PER_BLOCK = 232448  # 227 KiB: the opt-in maximum of shared memory per block
 MIN_GEMM_THREADS = 192  # 6 warps: TMA, MMA and 4 epilogue warps
+KERNEL_WIDTH = 32  # the kernel column: short_kernel_name's width
 PTX_COUNTS = {
     "mma": r"\btcgen05\.mma\b",
     "mma_2cta": r"\btcgen05\.mma\.cta_group::2\b",
@@ -178,6 +179,16 @@ def launch_dynamic_smem(ir: str) -> dict[str, int | None]:
         if launch:
             kernels[launch[1]] = smem_of_config.get(launch[2])
     return kernels
+
+
+def short_kernel_name(name: str, module: str = "submission", width: int = 32) -> str:
+    """A compiled kernel's name as the table shows it: CuTe DSL names a kernel
+    kernel_cutlass_<function>_<module><Class>_object_at_<its arguments' types>; the row reads
+    `Class.function`, or the name's head before the arguments, cut to `width` characters."""
+    core = name.removeprefix("kernel_cutlass_").split("_object_at_")[0]
+    method = re.fullmatch(rf"(\w+?)_{re.escape(module)}([A-Z]\w*)", core)
+    short = f"{method[2]}.{method[1]}" if method else core
+    return short if len(short) <= width else short[: width - 3] + "..."
 
 
 def kernel_problems(kernel: Kernel, config=None) -> list[str]:
@@ -389,8 +400,33 @@ def configurations(submission, texts: list[str] | None) -> list:
             raise ValueError("--config needs a submission that defines Sm100Config and "
                              "compile_sm100(num_groups, config)")
         return [None]
+    if texts and any(text.strip() == "cublas" for text in texts):
+        raise ValueError('--config cublas: the cuBLAS rung has no sm_100a kernel to inspect')
     texts = texts or [getattr(submission, "SM100_CONFIG", "shipped")]
     return list(dict.fromkeys(config_class.parse(text) for text in texts))
+
+
+def _one_line(error: BaseException) -> str:
+    """An import's exception as eval.py says it: type, message, the place in the user's file."""
+    import eval as harness
+
+    return harness._describe(error)
+
+
+def config_line_problem(path: Path, texts: list[str] | None) -> str | None:
+    """Without --config, the file's SM100_CONFIG line is what is compiled: '' if it is a quoted
+    text, the one-line reason otherwise; None if it names the cuBLAS rung (nothing to inspect)."""
+    import eval as harness
+
+    if texts:
+        return ""
+    try:
+        line = harness.config_line(path)
+    except ValueError as error:
+        return str(error)
+    if line is not None and line[2].strip() == "cublas":
+        return None
+    return ""
 
 
 def main(argv=None) -> int:
@@ -426,11 +462,22 @@ def main(argv=None) -> int:
     # The submission imports the board's files (task, reference, utils), which are this repository's;
     # its own folder, which may lie outside, comes next.
     sys.path[:0] = [str(ROOT), str(args.submission.resolve().parent)]
+    problem = config_line_problem(args.submission, args.config)
+    if problem is None:
+        print(f'inspect_sm100.py: {args.submission.name} runs SM100_CONFIG = "cublas" (cuBLAS per group, no '
+              "sm_100a kernel): nothing to inspect; --config shipped inspects the kernel")
+        shutil.rmtree(dump_dir, ignore_errors=True)
+        return 0
+    if problem:
+        print(f"inspect_sm100.py: {problem}", file=sys.stderr)
+        shutil.rmtree(dump_dir, ignore_errors=True)
+        return 2
     try:
         submission = load_submission(args.submission)
-    except BaseException:
+    except Exception as error:  # one line, as eval.py says it; the exit status stays 1
         shutil.rmtree(dump_dir, ignore_errors=True)
-        raise
+        print(f"inspect_sm100.py: cannot import {args.submission.name}: {_one_line(error)}", file=sys.stderr)
+        return 1
     if not callable(getattr(submission, "compile_sm100", None)):
         print(f"inspect_sm100.py: {args.submission} defines no compile_sm100: no sm_100a kernel to inspect",
               file=sys.stderr)
@@ -439,7 +486,11 @@ def main(argv=None) -> int:
     try:
         configs = configurations(submission, args.config)
     except ValueError as error:
-        print(f"inspect_sm100.py: {error}", file=sys.stderr)
+        import eval as harness
+
+        line = None if args.config else harness.config_line(args.submission)
+        where = f"line {line[0]} of {args.submission.name} (`{line[1]}`): " if line else ""
+        print(f"inspect_sm100.py: {where}{error}", file=sys.stderr)
         shutil.rmtree(dump_dir, ignore_errors=True)
         return 2
     labels = [config.describe() if config else "-" for config in configs]
@@ -447,12 +498,11 @@ def main(argv=None) -> int:
         args.keep.mkdir(parents=True, exist_ok=True)
 
     width = max(9, *map(len, labels))
-    columns = ["groups", "kernel", "config".ljust(width), "compile_s", "threads", "regs", "smem_B", *PTX_COUNTS,
+    columns = ["groups", "kernel".ljust(KERNEL_WIDTH), "config".ljust(width), "compile_s", "threads", "regs", "smem_B", *PTX_COUNTS,
                *SASS_COUNTS]
     call = "compile_sm100(G)" if configs == [None] else "compile_sm100(G, config)"
     print(f"sm_100a kernels of {args.submission.name}: {call}, PTX from CuTe DSL, SASS via cuobjdump")
     print(" ".join(f"{name:>9}" for name in columns) + "  verdict")
-    kernel_ids: dict[str, str] = {}
     failures = 0
     try:
         for (config, label), groups in itertools.product(zip(configs, labels), args.groups):
@@ -475,21 +525,18 @@ def main(argv=None) -> int:
                         shutil.copy(_only_file(folder, "*.ptx"), stem.with_suffix(".ptx"))
                     stem.with_suffix(".sass").write_text(sass)
             for kernel in kernels:
-                kernel_id = kernel_ids.setdefault(kernel.name, f"k{len(kernel_ids) + 1}")
                 found = kernel_problems(kernel, config)
                 failures += bool(found)
-                cells = [groups, kernel_id, label.ljust(width), f"{seconds:.1f}", kernel.threads, kernel.registers,
+                cells = [groups, short_kernel_name(kernel.name, submission.__name__).ljust(KERNEL_WIDTH), label.ljust(width), f"{seconds:.1f}", kernel.threads, kernel.registers,
                          "?" if kernel.smem is None else kernel.smem,
                          *(kernel.counts[name] for name in (*PTX_COUNTS, *SASS_COUNTS))]
                 verdict = "FAIL: " + "; ".join(found) if found else "ok"
                 print(" ".join(f"{cell!s:>9}" for cell in cells) + "  " + verdict)
             for problem in group_count_problems(kernels):
                 failures += 1
-                print(f"{groups:>9} {'':>9} {label.ljust(width)} FAIL: {problem}")
+                print(f"{groups:>9} {'':>{KERNEL_WIDTH}} {label.ljust(width)} FAIL: {problem}")
     finally:
         shutil.rmtree(dump_dir, ignore_errors=True)
-    for name, kernel_id in kernel_ids.items():
-        print(f"{kernel_id}: {name}")
     if args.keep:
         folder = f"{args.keep}/<config>" if len(configs) > 1 else str(args.keep)
         print(f"cubin, PTX and SASS of each module: {folder}/g<G>_c<module>.{{cubin,ptx,sass}}")
