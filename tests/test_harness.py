@@ -489,3 +489,46 @@ def test_a_bad_local_spec_file_is_one_line_and_exit_2(harness_dir, spec, message
     done = run_eval(harness_dir, "benchmark" if spec == "\n" else "test", "missing.txt" if spec is None else "spec.txt")
     assert done.returncode == 2 and stderr_is_one_line(done) and message in done.stderr, done.stderr
     assert done.stdout == ""
+
+
+# --- eval.py benchmark --baseline cublas (issue 21, item 9) ----------------------------------------
+
+
+class FakeWorker:
+    """Answers local_benchmark's requests: durations in ns, 20 us a call for the submission and 8 us
+    under SM100_CONFIG = "cublas" (a request through harness._with_config)."""
+
+    def __init__(self):
+        self.requests = []
+
+    def apply(self, function, *args, on_progress=None):
+        self.requests.append(args[0] if function is harness._with_config else None)
+        return [8000.0] * 5 if function is harness._with_config else [20000.0] * 5
+
+
+def test_baseline_rows_follow_each_benchmark_with_the_ratio_of_the_means(capsys):
+    _, benchmarks, sol_us = harness.load_task(ROOT / "task.yml")
+    cases = harness._select_cases(benchmarks, None, sol_us)
+    worker = FakeWorker()
+    assert harness.local_benchmark(cases, worker, ROOT / "submission.py", None, False, baseline="cublas") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert worker.requests == [None] + [None, "cublas"] * 4  # the warm-up, then each benchmark and its baseline
+    rows = [line.split() for line in lines if line.split()[:1] in (["1"], ["cublas"], ["mean"])]
+    assert rows[0][:2] == ["1", "20.00"] and rows[1][:2] == ["cublas", "8.00"] and rows[2] == ["mean", "/", "cublas", "mean:", "2.50"]
+    assert lines[-1].endswith("; cublas 8.00 us, ratio 2.50")
+
+
+@pytest.mark.skipif(torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 10,
+                    reason="a B200 runs the baseline")
+def test_baseline_cublas_says_in_one_line_why_it_cannot_run_here(harness_dir):
+    (harness_dir / "submission.py").write_text("SM100_CONFIG = 'shipped'\n" + WRONG_SUBMISSION)
+    done = run_eval(harness_dir, "benchmark", "--baseline", "cublas")
+    assert done.returncode == 3 and stderr_is_one_line(done) and done.stdout == "", done.stderr
+    assert "--baseline cublas needs a B200" in done.stderr
+    assert ("no CUDA GPU here" if not torch.cuda.is_available() else "cuBLAS has no FP4 GEMM on compute capability") \
+        in done.stderr
+    (harness_dir / "submission.py").write_text(WRONG_SUBMISSION)
+    done = run_eval(harness_dir, "benchmark", "--baseline", "cublas")
+    assert done.returncode == 3 and "submission.py has no SM100_CONFIG line to set" in done.stderr
+    done = run_eval(harness_dir, "test", "--baseline", "cublas")
+    assert done.returncode == 2 and "--baseline applies to benchmark" in done.stderr
