@@ -161,7 +161,7 @@ def inspection_rows(stdout: str) -> list[dict]:
     rows = []
     for line in lines:
         cells = line.split(None, len(header))
-        if len(cells) == len(header) + 1 and cells[0].isdigit() and cells[1].startswith("k"):
+        if len(cells) == len(header) + 1 and cells[0].isdigit():
             rows.append(dict(zip(header + ["verdict"], cells)))
     return rows
 
