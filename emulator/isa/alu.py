@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import EmulatorError
-from ..warp import BRANCH, EXIT, LANES, TYPES, from_raw, instruction, to_raw, type_of
+from ..warp import BRANCH, EXIT, LANES, TYPES, instruction, type_of
 
 # --------------------------------------------------------------------------------------------------
 # helpers
@@ -542,5 +542,3 @@ def _trap(instr, program):
 
     return handler
 
-
-del from_raw, to_raw

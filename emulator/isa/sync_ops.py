@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import EmulatorError
 from ..machine import ClusterBarrierWait, MBarrier, MBarrierWait, NamedBarrier, NamedBarrierWait
 from ..memory import split_shared
-from ..warp import LANES, instruction, type_of
+from ..warp import LANES, instruction
 from .memory_ops import address_reader
 
 
@@ -349,5 +349,3 @@ def _no_effect(instr, program):
     emulator (module docstring)."""
     return lambda w, mask: None
 
-
-del type_of
