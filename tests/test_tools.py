@@ -13,7 +13,7 @@ TOOLS = sorted(path.name for path in (ROOT / "tools").glob("*.py"))
 CUDA_TOOLS = {
     "bench_h200.py": ["--only", "4"],
     "check.py": [],
-    "host_time.py": ["--calls", "2"],
+    "host_time.py": ["--rounds", "2"],
     "sm90_profile.py": ["tiles"],
 }
 
