@@ -13,6 +13,10 @@
   repository.
 - `install()` must run before cutlass or cuda.bindings is imported; `take_launches()` hands the queued
   launches to the emulator; `kernel_ptx()` finds a kernel's PTX in the DSL's compiled function.
+- On a GPU machine a process may already hold the real driver (torch loads it), and a process cannot swap
+  it. `real_driver_loaded()` says so; the entry points then run the emulated part in a fresh process with
+  `stub_environment()`: the stub preloaded (LD_PRELOAD), so that whatever loads `libcuda.so.1` there,
+  torch included, gets the stub, and no GPU visible.
 """
 
 from __future__ import annotations
@@ -121,6 +125,37 @@ def install(sm_count: int = 148) -> None:
     # cuda-python's runtime bindings embed a static cudart, which needs the driver's private export
     # tables: the DSL's device count (JitCompiledFunction's executor) comes from here instead.
     cudart.cudaGetDeviceCount = lambda: (cudart.cudaError_t.cudaSuccess, 1)
+
+
+def real_driver_loaded() -> str | None:
+    """The path of a CUDA driver other than the stub that this process has loaded, else None."""
+    return _loaded_libcuda()
+
+
+STUB_PROCESS = "NVFP4_EMULATOR_STUB_PROCESS"  # set in the fresh process, so that it never starts another
+
+
+def stub_environment(environ=None) -> dict:
+    """An environment for a fresh process whose CUDA driver is the stub however early it is loaded."""
+    env = dict(os.environ if environ is None else environ)
+    stub = str(build() / "libcuda.so.1")
+    env["LD_PRELOAD"] = " ".join(filter(None, [stub, env.get("LD_PRELOAD", "")]))
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    env[STUB_PROCESS] = "1"
+    return env
+
+
+def rerun_with_stub(script, argv) -> int | None:
+    """Where this process holds a real driver: `python SCRIPT ARGV` in a fresh process whose driver is the
+    stub, its exit status returned (its output is this process's). None where the stub can be installed here."""
+    driver = real_driver_loaded()
+    if driver is None:
+        return None
+    if os.environ.get(STUB_PROCESS):
+        raise EmulatorSetupError(f"a CUDA driver ({driver}) was loaded even with the stub preloaded")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return subprocess.run([sys.executable, str(script), *argv], env=stub_environment()).returncode
 
 
 def _loaded_libcuda() -> str | None:

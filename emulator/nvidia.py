@@ -1,6 +1,12 @@
 """The ground truth: NVIDIA's dense block-scaled persistent GEMM (CUTLASS v4.3.5 example
-`dense_blockscaled_gemm_persistent.py`, in the copy torch ships under `torch/_inductor/kernel/
-vendored_templates/cutedsl/`), a kernel that runs on B200s, compiled for sm_100a on random NVFP4 inputs.
+`dense_blockscaled_gemm_persistent.py`), a kernel that runs on B200s, compiled for sm_100a on random NVFP4
+inputs.
+
+Where the example is read from (`example_path()`), the first that exists: the file or CUTLASS checkout
+that `NVFP4_NVIDIA_EXAMPLE` names; the copy torch ships under `torch/_inductor/kernel/vendored_templates/
+cutedsl/` (torch 2.9, 2.10, 2.12, 2.13; not 2.11); the copy in FlashInfer's wheel data
+(`flashinfer/data/cutlass/examples/python/CuTeDSL/blackwell/`). Without any, `ExampleNotFound` says in one
+line what is needed and how to get it.
 
 `NvidiaExample(mma_tiler_mn, cluster_mn, m, n, k)` builds the inputs on the CPU (FP4 A and B in every byte
 pattern, e4m3 scale factors drawn from both signs and a range of exponents, never all equal; C poisoned
@@ -22,9 +28,39 @@ SCALE_BYTES = np.array([b | s for b in range(0x28, 0x40) for s in (0x00, 0x80)],
 WARP_ROLES = {0: "epilogue", 1: "epilogue", 2: "epilogue", 3: "epilogue", 4: "MMA", 5: "TMA"}
 
 
+EXAMPLE = "dense_blockscaled_gemm_persistent.py"
+CHECKOUT_PATH = "examples/python/CuTeDSL/blackwell"  # the example inside a CUTLASS checkout
+ENV_VAR = "NVFP4_NVIDIA_EXAMPLE"
+
+
+class ExampleNotFound(FileNotFoundError):
+    pass
+
+
+def example_candidates() -> list[Path]:
+    """Where NVIDIA's example may lie, in the order they are tried."""
+    candidates = []
+    named = os.environ.get(ENV_VAR)
+    if named:
+        named = Path(named).expanduser()
+        candidates += [named] if named.suffix == ".py" else [named / CHECKOUT_PATH / EXAMPLE, named / EXAMPLE]
+    candidates.append(Path(torch.__file__).parent / "_inductor/kernel/vendored_templates/cutedsl" / EXAMPLE)
+    flashinfer = importlib.util.find_spec("flashinfer")  # its wheel's data, without importing it
+    if flashinfer is not None and flashinfer.submodule_search_locations:
+        for folder in flashinfer.submodule_search_locations:
+            candidates.append(Path(folder) / "data/cutlass" / CHECKOUT_PATH / EXAMPLE)
+    return candidates
+
+
 def example_path() -> Path:
-    templates = Path(torch.__file__).parent / "_inductor/kernel/vendored_templates/cutedsl"
-    return templates / "dense_blockscaled_gemm_persistent.py"
+    for path in example_candidates():
+        if path.is_file():
+            return path
+    named = f" ({ENV_VAR}={os.environ[ENV_VAR]} holds none)" if os.environ.get(ENV_VAR) else ""
+    raise ExampleNotFound(
+        f"NVIDIA's {EXAMPLE} not found{named}: torch {torch.__version__} ships no copy; set {ENV_VAR} to the file "
+        f"or to a CUTLASS checkout (git clone --depth 1 -b v4.3.5 https://github.com/NVIDIA/cutlass), or install "
+        f"FlashInfer (pip install flashinfer-python)")
 
 
 def _load_example():

@@ -68,3 +68,21 @@ def expected(data):
 
     abc = [(a, b, torch.empty_like(c)) for a, b, c in data[0]]
     return reference.ref_kernel((abc, data[1], data[2], data[3]))
+
+
+def require_nvidia_example():
+    """NVIDIA's example (emulator/nvidia.py's ground truth) or, where it cannot be found, one line saying what
+    is needed: a skip for a user, a failure under CI (CI=true), so that CI never hides a regression."""
+    from emulator.nvidia import ExampleNotFound, example_path
+
+    try:
+        return example_path()
+    except ExampleNotFound as missing:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI needs the ground truth: {missing}", pytrace=False)
+        pytest.skip(str(missing))
+
+
+@pytest.fixture
+def nvidia_example():
+    return require_nvidia_example()

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -14,7 +16,7 @@ def python(code: str, env=None, timeout=300):
                           env=env)
 
 
-def test_a_launch_is_recorded_with_the_dsls_own_parameters():
+def test_a_launch_is_recorded_with_the_dsls_own_parameters(nvidia_example):
     code = """
 import struct
 from emulator import driver
@@ -62,3 +64,53 @@ def test_emulate_command_says_setup_errors_in_one_line(tmp_path):
     assert done.returncode == 4 and done.stdout.strip().splitlines() == [
         "ERROR setup: no C compiler (set CC, or install cc/gcc/clang): the emulator's stub driver is C, "
         "built on first use"], done.stdout + done.stderr[-2000:]
+
+
+# A GPU machine, simulated: a library with the real driver's soname (libcuda.so.1) in a folder of its own, found
+# by name as ld.so finds NVIDIA's, and loaded by every Python process at start-up (sitecustomize), before any of
+# our code runs: the worst case, where `import torch` itself loads the driver (the H200's torch 2.11 does).
+# The entry points must see it, run the emulated part in a fresh process with the stub preloaded, and there
+# the same start-up load must get the stub.
+GPU_DRIVER_C = "int cuInit(unsigned flags) { return 100; /* CUDA_ERROR_NO_DEVICE */ }\n"
+SITECUSTOMIZE = "import ctypes\nctypes.CDLL('libcuda.so.1', mode=ctypes.RTLD_GLOBAL)\n"
+
+
+@pytest.fixture(scope="module")
+def gpu_machine_env(tmp_path_factory):
+    import shutil
+
+    folder = tmp_path_factory.mktemp("gpu-machine")
+    (folder / "driver.c").write_text(GPU_DRIVER_C)
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    subprocess.run([cc, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(folder / "libcuda.so.1"),
+                    str(folder / "driver.c")], check=True, capture_output=True)
+    (folder / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    env = dict(os.environ, LD_LIBRARY_PATH=os.pathsep.join(filter(None, [str(folder), os.environ.get("LD_LIBRARY_PATH")])),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")])))
+    probe = python("from emulator import driver\nprint(driver.real_driver_loaded())", env=env)
+    assert probe.stdout.strip() == str(folder / "libcuda.so.1"), probe.stdout + probe.stderr[-2000:]
+    return env
+
+
+def test_emulate_runs_where_a_real_driver_is_already_loaded(gpu_machine_env, nvidia_example):
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "emulate.py"), "nvidia", "--mma-tiler", "128,128",
+                           "--cluster", "1,1", "--clusters", "2", "--mnk", "256,128,256"], capture_output=True,
+                          text=True, timeout=300, cwd=ROOT, env=gpu_machine_env)
+    assert done.returncode == 0 and done.stdout.strip().splitlines()[-1].startswith("PASS"), \
+        done.stdout[-2000:] + done.stderr[-2000:]
+
+
+def test_check_emulate_runs_where_a_real_driver_is_already_loaded(gpu_machine_env):
+    """check.py imports torch first and starts a process per case: each gets the stub."""
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "check.py"), "--emulate", "--stage", "one_tile"],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT, env=gpu_machine_env)
+    rows = [line for line in done.stdout.splitlines() if line.startswith("one_tile")]
+    assert done.returncode == 0 and len(rows) == 1 and " PASS " in rows[0], done.stdout[-2000:] + done.stderr[-2000:]
+
+
+def test_a_real_driver_in_the_stub_process_is_one_line(gpu_machine_env):
+    """Where preloading cannot win (a driver loaded by path), the fresh process says so instead of looping."""
+    env = dict(gpu_machine_env, NVFP4_EMULATOR_STUB_PROCESS="1")
+    done = python("from emulator import driver\ntry:\n    driver.rerun_with_stub('x', [])\n"
+                  "except driver.EmulatorSetupError as e:\n    print(e)", env=env)
+    assert "was loaded even with the stub preloaded" in done.stdout, done.stdout + done.stderr[-2000:]

@@ -5,7 +5,10 @@ e4m3 scales against the exact reference, in both timing modes; and the four defe
 
 Each case is `tools/emulate.py nvidia` in a fresh process (the stub driver must be loaded before cutlass is
 imported). M, N, K = 512, 384, 1024 on a grid of one or two clusters: every CTA runs several tiles, so the
-stage pipeline (4 K-blocks per tile) and the two accumulators wrap around.
+stage pipeline (4 K-blocks per tile) and the two accumulators wrap around. The quick set: every form in eager
+mode and every planted defect once; adversarial mode on every form and further seeds are the long matrix.
+Where NVIDIA's example cannot be found (torch 2.11 ships none) the tests skip with one line saying how to get
+it, and fail under CI (conftest.require_nvidia_example).
 """
 
 import subprocess
@@ -14,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import require_nvidia_example
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFECTS = ROOT / "tests" / "ptx_defects.py"
@@ -21,6 +25,11 @@ MNK = "512,384,1024"
 CASE_SECONDS = 60  # the issue's bound for one case on a 2-core CPU
 
 pytestmark = pytest.mark.skipif(sys.version_info < (3, 10), reason="the DSL needs Python 3.10+")
+
+
+@pytest.fixture(autouse=True)
+def ground_truth():
+    require_nvidia_example()
 
 FORMS = {
     "1cta": ["--mma-tiler", "128,128", "--cluster", "1,1", "--clusters", "2"],
@@ -39,7 +48,7 @@ def emulate(*args: str, timeout: int = 300):
     return done.returncode, lines[-1], done.stdout, time.perf_counter() - start
 
 
-@pytest.mark.parametrize("mode", ["eager", "adversarial"])
+@pytest.mark.parametrize("mode", ["eager", pytest.param("adversarial", marks=pytest.mark.long)])
 @pytest.mark.parametrize("form", list(FORMS))
 def test_nvidia_kernel_matches_the_exact_reference(form, mode):
     rc, verdict, out, seconds = emulate(*FORMS[form], "--mode", mode, "--seed", "5")
@@ -53,7 +62,7 @@ def test_wrong_expect_tx_is_a_hang_naming_the_barrier():
     assert "warp 4 (MMA)" in out and "mbarrier at shared 0x400" in out and "tx-count 16" in out
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("seed", [1, pytest.param(2, marks=pytest.mark.long)])
 def test_missing_full_barrier_wait_is_caught_in_adversarial_mode(seed):
     rc, verdict, out, _ = emulate(*FORMS["1cta"], "--mode", "adversarial", "--seed", str(seed),
                                   "--ptx-filter", f"{sys.executable} {DEFECTS} no-full-wait")

@@ -719,6 +719,9 @@ def main(argv: list[str]) -> int:
         from emulator import driver  # the stub driver must be in place before cutlass is imported
 
         try:
+            status = driver.rerun_with_stub(__file__, argv)  # a GPU machine: torch holds the real driver here
+            if status is not None:
+                return status
             driver.install()
         except Exception as error:  # noqa: BLE001 - one line says why
             print(f"check.py --emulate: {error}", file=sys.stderr)
