@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parent
 DEFAULT_SUBMISSION = ROOT / "submission.py"
 REFERENCE_SUBMISSION = ROOT / "tests" / "ref_submission.py"
 INSPECTION_TOOL = ROOT / "tools" / "inspect_sm100.py"
+EMULATE_TOOL = ROOT / "tools" / "emulate.py"
 PLOT_TOOL = ROOT / "tools" / "plot_benchmarks.py"
 INSPECTION_TIMEOUT_S = 900
 NUM_ITERATIONS_PER_BENCHMARK = 15
@@ -212,8 +213,14 @@ def _synchronize() -> None:
         torch.cuda.synchronize()
 
 
+_EMULATED_KERNEL: Optional[Callable] = None  # set in a worker whose submission runs in the emulator
+
+
 def _custom_kernel() -> Callable:
-    """custom_kernel of the module `submission` (the board's submission.py, or --submission)."""
+    """custom_kernel of the module `submission` (the board's submission.py, or --submission); in an
+    emulating worker, the same call with the sm_100a emulator as the B200."""
+    if _EMULATED_KERNEL is not None:
+        return _EMULATED_KERNEL
     try:
         from submission import custom_kernel
     except BaseException as error:  # a SystemExit at import would otherwise end the worker
@@ -380,16 +387,26 @@ def describe_exit(exitcode: Optional[int]) -> str:
     return f"worker died (exit code {exitcode})"
 
 
-def _worker_main(connection, submission: Optional[str]) -> None:
+def _worker_main(connection, submission: Optional[str], emulate: bool = False) -> None:
     """The worker's loop: import `submission` as the module `submission` if given (the local face
     and the reference stand-in; the board face imports it lazily, as the board does), then run
     (function, args, wants_progress) requests until None. Sends ('progress', *values) while a
-    benchmark runs and ('result', value) at the end of each request."""
+    benchmark runs and ('result', value) at the end of each request. `emulate`: the stub driver
+    first, then each call runs the submission's B200 kernel in the emulator (_emulate_submission)."""
     if submission is not None:
         try:
+            if emulate:
+                from emulator import driver  # before the submission imports cutlass
+
+                driver.install()
             load_submission(submission)
+            if emulate:
+                _emulate_submission()
         except UsageError as error:
             connection.send(("result", Raised(str(error), error.details)))
+            return
+        except Exception as error:  # noqa: BLE001 - the emulator's set-up, in one line
+            connection.send(("result", Raised(f"the emulator: {_describe(error)}", traceback.format_exc())))
             return
     connection.send(("result", None))
     while (request := connection.recv()) is not None:
@@ -398,13 +415,39 @@ def _worker_main(connection, submission: Optional[str]) -> None:
         connection.send(("result", _call_catching(function, *args, **kwargs)))
 
 
+def _emulate_submission() -> None:
+    """In the worker: the submission's calls run its B200 kernel in the emulator, through
+    tools/emulate.py's emulated call (the real host path, a B200's worker count, exact data)."""
+    global _EMULATED_KERNEL
+    import emulator
+
+    spec = importlib.util.spec_from_file_location("emulate", EMULATE_TOOL)
+    emulate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(emulate)
+    module = sys.modules["submission"]
+    module.DEVICE = emulate.EmulatedB200(None)
+
+    def emulated_kernel(data):
+        emu = emulator.Emulator(warp_roles=emulate.submission_roles(module))
+        try:
+            outputs, _ = emulate.emulated_call(module, data, [], emu)
+        except emulator.HangError as hang:  # its per-warp report is many lines: tools/emulate.py prints it
+            raise emulator.EmulatorError(hang.kind, f"{hang.message} (the per-warp report: python "
+                                         "tools/emulate.py submission --spec SPEC)") from None
+        return outputs
+
+    _EMULATED_KERNEL = emulated_kernel
+
+
 class Worker:
     """A spawned process that runs the submission's code, started on first use and again after it
     died. apply() returns what the function returned, Raised if it raised, or Raised('worker died
-    (signal 11)') if the process ended first."""
+    (signal 11)') if the process ended first. `emulate`: the submission's B200 kernel runs in the
+    emulator there (its driver is the stub, preloaded where this process holds a real one)."""
 
-    def __init__(self, submission: Optional[str] = None):
+    def __init__(self, submission: Optional[str] = None, emulate: bool = False):
         self.submission = submission
+        self.emulate = emulate
         self.context = multiprocessing.get_context("spawn")
         self.process = None
         self.connection = None
@@ -412,8 +455,10 @@ class Worker:
     def start(self) -> Any:
         """Start the process; None once it is ready, Raised if the submission cannot be imported."""
         self.connection, child = self.context.Pipe()
-        self.process = self.context.Process(target=_worker_main, args=(child, self.submission), daemon=True)
-        self.process.start()
+        self.process = self.context.Process(target=_worker_main, args=(child, self.submission, self.emulate),
+                                            daemon=True)
+        with _stub_environment(self.emulate):
+            self.process.start()
         child.close()  # only the worker holds this end: its death closes the pipe
         return self._receive(None)
 
@@ -459,6 +504,23 @@ class Worker:
 
     def __exit__(self, *exc_info):
         self.close()
+
+
+@contextlib.contextmanager
+def _stub_environment(emulate: bool):
+    """While a worker starts: where this process holds a real CUDA driver (a GPU machine), the
+    environment that makes the stub the worker's driver (emulator/driver.py)."""
+    saved = dict(os.environ)
+    if emulate:
+        from emulator import driver
+
+        if driver.real_driver_loaded():
+            os.environ.update(driver.stub_environment())
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -690,10 +752,11 @@ The submission runs in a worker process; if that process dies (sys.exit, a segfa
 says so ("worker died (signal 11)") and the next case runs in a fresh worker.
 
 Without a GPU, `test` runs on the CPU (inputs generated there, reference by exact
-dequantization). Without --submission, if submission.py has an sm_100a kernel (defines
-compile_sm100: it needs a B200), it then tests tests/ref_submission.py (the reference) instead
-(the board's face runs it too in mode test, but reports each test as failed). A full `test` run without a GPU (no --only) also runs the sm_100a
-inspection, `python tools/inspect_sm100.py --submission FILE`, on the file under test, or on
+dequantization). A submission with an sm_100a kernel (it defines compile_sm100: it needs a B200)
+then runs that kernel in the sm_100a emulator (tools/emulate.py's call, a B200's worker count;
+the first line says so). --reference tests the harness alone with tests/ref_submission.py (the
+board's face runs the reference in place of such a submission, but reports each test as failed).
+A full `test` run without a GPU (no --only) also runs the sm_100a inspection, `python tools/inspect_sm100.py --submission FILE`, on the file under test, or on
 submission.py without --submission; a file without `compile_sm100` (no sm_100a kernel) is not
 inspected. --inspect / --no-inspect force it on or off.
 
@@ -902,9 +965,9 @@ def run_inspection(submission: Path) -> bool:
     return done.returncode == 0
 
 
-def _start_worker(submission: Path) -> Worker:
+def _start_worker(submission: Path, emulate: bool = False) -> Worker:
     """A worker that has imported `submission`; UsageError if it cannot (one line, as at import)."""
-    worker = Worker(str(submission))
+    worker = Worker(str(submission), emulate)
     started = worker.start()
     if isinstance(started, Raised):
         worker.close()
@@ -915,8 +978,11 @@ def _start_worker(submission: Path) -> Worker:
     return worker
 
 
+EMULATED_DEVICE = "a B200 emulated on this CPU (the sm_100a emulator, a B200's 148 SMs)"
+
+
 def local_test(cases: list[Case], worker: Worker, submission: Path, inspected: Optional[Path], verbose: bool) -> int:
-    print(f"Tests of {_shown(submission)} on {_device_name()}")
+    print(f"Tests of {_shown(submission)} on {EMULATED_DEVICE if worker.emulate else _device_name()}")
     print(f"{'#':>3}  result     time   G  M  N  K")
     failed = 0
     for case in cases:
@@ -1084,8 +1150,12 @@ def make_parser() -> argparse.ArgumentParser:
                         help="tests to run instead of task.yml's, one per line in the board's syntax: "
                              "`m: [96, 128]; n: [128, 256]; k: [256, 512]; g: 2; seed: 1111`")
     parser.add_argument("--submission", metavar="FILE", type=Path,
-                        help="file defining custom_kernel (default: submission.py next to eval.py; "
-                             "without a GPU, `test` uses tests/ref_submission.py instead)")
+                        help="file defining custom_kernel (default: submission.py next to eval.py); without "
+                             "a GPU, `test` runs a file that defines compile_sm100 (a B200 kernel) in the "
+                             "sm_100a emulator")
+    parser.add_argument("--reference", action="store_true",
+                        help="test the harness alone, with tests/ref_submission.py (the reference) as the "
+                             "submission: seconds, where the emulated kernel takes minutes")
     parser.add_argument("--only", type=int, metavar="N", help="run only test or benchmark number N (from 1)")
     parser.add_argument("--inspect", action=argparse.BooleanOptionalAction, default=None,
                         help="`test`: run the sm_100a inspection (default: only in a full run without a GPU)")
@@ -1118,7 +1188,7 @@ def local_main(argv: list[str]) -> int:
     sys.stdout.reconfigure(line_buffering=True)  # rows appear as they are made, also in a pipe
     options = None
     try:
-        options = make_parser().parse_args(argv)
+        options = make_parser().parse_intermixed_args(argv)  # SPEC_FILE before or after the options
         tests, benchmarks, sol_us = load_task(ROOT / "task.yml")
         if options.spec_file is not None:
             try:
@@ -1136,6 +1206,8 @@ def local_main(argv: list[str]) -> int:
             raise UsageError(f"--plot: no folder {options.plot.parent} to write {options.plot.name} into")
         if options.plot:
             _plot_module()  # before any benchmark runs: a missing matplotlib is said at once
+        if options.reference and options.submission:
+            raise UsageError("--reference tests tests/ref_submission.py: leave out --submission")
         submission = options.submission or DEFAULT_SUBMISSION
         if not submission.is_file():
             raise UsageError(f"submission file not found: {options.submission}")
@@ -1148,12 +1220,21 @@ def local_main(argv: list[str]) -> int:
             return 3
         inspect = options.mode == "test" and (options.inspect if options.inspect is not None else (
             options.only is None and options.spec_file is None and not torch.cuda.is_available()))
-        if options.submission is None and options.mode == "test" and reference_stands_in():
+        emulate = (options.mode == "test" and not options.reference and not torch.cuda.is_available()
+                   and defines_sm100_kernel(submission))
+        if emulate:
+            if not (EMULATE_TOOL.is_file() and (ROOT / "emulator").is_dir()):
+                raise UsageError(f"{_shown(submission)} has a B200 kernel and there is no GPU here: running it "
+                                 "needs the emulator (emulator/, tools/emulate.py); --reference tests the harness alone")
+            print(f"emulated: no CUDA GPU here, so {_shown(submission)}'s B200 (sm_100a) kernel runs in the "
+                  "sm_100a emulator on this CPU at a B200's worker count (minutes; --reference checks the "
+                  "harness alone in seconds)")
+        if options.reference:
             submission = REFERENCE_SUBMISSION
             inspected_note = f"; {_shown(DEFAULT_SUBMISSION)} is checked by the sm_100a inspection below"
-            print(f"no CUDA GPU: testing the harness with {_shown(REFERENCE_SUBMISSION)} (the reference)"
-                  + (inspected_note if inspect else ""))
-        worker = _start_worker(submission)
+            print(f"--reference: testing the harness with {_shown(REFERENCE_SUBMISSION)} (the reference)"
+                  + (inspected_note if inspect and defines_sm100_kernel(DEFAULT_SUBMISSION) else ""))
+        worker = _start_worker(submission, emulate)
     except UsageError as error:
         if options is not None and options.verbose and error.details:
             print(error.details, file=sys.stderr, end="")

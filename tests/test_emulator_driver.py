@@ -66,32 +66,6 @@ def test_emulate_command_says_setup_errors_in_one_line(tmp_path):
         "built on first use"], done.stdout + done.stderr[-2000:]
 
 
-# A GPU machine, simulated: a library with the real driver's soname (libcuda.so.1) in a folder of its own, found
-# by name as ld.so finds NVIDIA's, and loaded by every Python process at start-up (sitecustomize), before any of
-# our code runs: the worst case, where `import torch` itself loads the driver (the H200's torch 2.11 does).
-# The entry points must see it, run the emulated part in a fresh process with the stub preloaded, and there
-# the same start-up load must get the stub.
-GPU_DRIVER_C = "int cuInit(unsigned flags) { return 100; /* CUDA_ERROR_NO_DEVICE */ }\n"
-SITECUSTOMIZE = "import ctypes\nctypes.CDLL('libcuda.so.1', mode=ctypes.RTLD_GLOBAL)\n"
-
-
-@pytest.fixture(scope="module")
-def gpu_machine_env(tmp_path_factory):
-    import shutil
-
-    folder = tmp_path_factory.mktemp("gpu-machine")
-    (folder / "driver.c").write_text(GPU_DRIVER_C)
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    subprocess.run([cc, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(folder / "libcuda.so.1"),
-                    str(folder / "driver.c")], check=True, capture_output=True)
-    (folder / "sitecustomize.py").write_text(SITECUSTOMIZE)
-    env = dict(os.environ, LD_LIBRARY_PATH=os.pathsep.join(filter(None, [str(folder), os.environ.get("LD_LIBRARY_PATH")])),
-               PYTHONPATH=os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")])))
-    probe = python("from emulator import driver\nprint(driver.real_driver_loaded())", env=env)
-    assert probe.stdout.strip() == str(folder / "libcuda.so.1"), probe.stdout + probe.stderr[-2000:]
-    return env
-
-
 def test_emulate_runs_where_a_real_driver_is_already_loaded(gpu_machine_env, nvidia_example):
     done = subprocess.run([sys.executable, str(ROOT / "tools" / "emulate.py"), "nvidia", "--mma-tiler", "128,128",
                            "--cluster", "1,1", "--clusters", "2", "--mnk", "256,128,256"], capture_output=True,

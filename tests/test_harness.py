@@ -207,10 +207,10 @@ def test_a_full_run_without_a_gpu_inspects_unless_told_not_to(harness_dir):
     (harness_dir / "tools" / "inspect_sm100.py").write_text(FAKE_INSPECTION)
     (harness_dir / "submission.py").write_text("# pass\nfrom reference import ref_kernel as custom_kernel\n"
                                                "def compile_sm100(num_groups):\n    return None\n")
-    done = run_eval(harness_dir, "test")  # tests the reference, inspects submission.py
+    done = run_eval(harness_dir, "test", "--reference")  # tests the reference, inspects submission.py
     assert done.returncode == 0 and "10 of 10 passed" in done.stdout, done.stdout + done.stderr
     assert f"inspected --submission {(harness_dir / 'submission.py').resolve()}\n" in done.stdout
-    done = run_eval(harness_dir, "test", "--no-inspect")
+    done = run_eval(harness_dir, "test", "--reference", "--no-inspect")
     assert done.returncode == 0 and "10 of 10 passed" in done.stdout
     assert "inspected" not in done.stdout and "inspection" not in done.stdout
 
@@ -366,14 +366,22 @@ def test_popcorn_benchmark_without_gpu_fails_clearly(harness_dir, mode):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without a GPU")
-def test_without_gpu_the_local_face_tests_the_reference_in_place_of_an_sm100_submission(harness_dir):
-    """submission.py with an sm_100a kernel (here a wrong one) cannot run on a CPU: the local face
-    tests the reference instead, and says so. Without compile_sm100 the same wrong kernel is tested."""
-    for submission, passes in ((SM100_SUBMISSION, True), (WRONG_SUBMISSION, False)):
-        (harness_dir / "submission.py").write_text(submission)
-        done = run_eval(harness_dir, "test", "--only", "1")
-        assert ("1 of 1 passed" in done.stdout) == passes and done.returncode == (0 if passes else 1), done.stdout
-        assert ("testing the harness with tests/ref_submission.py (the reference)" in done.stdout) == passes
+def test_without_gpu_an_sm100_submission_needs_the_emulator_and_reference_tests_the_harness(harness_dir):
+    """submission.py with an sm_100a kernel (here a wrong one) runs in the emulator on a CPU; where the
+    emulator is absent (this copy has no emulator/) that is one line naming --reference, which tests the
+    reference instead and says so. Without compile_sm100 the same wrong kernel is tested itself."""
+    (harness_dir / "submission.py").write_text(SM100_SUBMISSION)
+    done = run_eval(harness_dir, "test", "--only", "1")
+    assert done.returncode == 2 and done.stdout == "", done.stdout
+    assert done.stderr.strip().splitlines() == ["eval.py: submission.py has a B200 kernel and there is no GPU here: "
+                                                "running it needs the emulator (emulator/, tools/emulate.py); "
+                                                "--reference tests the harness alone"]
+    done = run_eval(harness_dir, "test", "--only", "1", "--reference")
+    assert done.returncode == 0 and "1 of 1 passed" in done.stdout, done.stdout + done.stderr
+    assert "--reference: testing the harness with tests/ref_submission.py (the reference)" in done.stdout
+    (harness_dir / "submission.py").write_text(WRONG_SUBMISSION)
+    done = run_eval(harness_dir, "test", "--only", "1")
+    assert done.returncode == 1 and "0 of 1 passed" in done.stdout and "ref_submission" not in done.stdout
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the behaviour without a GPU")
