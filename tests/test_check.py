@@ -18,6 +18,10 @@ import submission  # noqa: E402
 CASES = {case.name: case for case in check.ladder()}
 
 
+NO_CUDA_LINE = ("check.py needs a CUDA GPU (torch.cuda.is_available() is False); without one, python tools/check.py "
+                "--emulate runs the ladder's stages that fit the sm_100a emulator\n")
+
+
 def test_the_ladder_climbs_from_one_tile_to_the_benchmarks():
     cases = check.ladder()
     assert len(CASES) == len(cases), "case names must be unique"
@@ -176,7 +180,7 @@ def test_a_write_one_row_past_c_is_caught_end_to_end(cpu_case):
     assert result.verdict == "OUTSIDE" and result.message == "elements written outside c (group 0: 128)"
 
 
-def ladder_with(verdicts):
+def ladder_with(verdicts, **options):
     """Run the ladder with a fake run_one: PASS except the given {case name: verdict}."""
     lines, ran = [], []
 
@@ -184,8 +188,19 @@ def ladder_with(verdicts):
         ran.append(case.name)
         return check.Result(verdicts.get(case.name, "PASS"), 0.0, 1.0, "why")
 
-    failure = check.run_ladder(check.ladder(), run_one, out=lines.append)
+    failure = check.run_ladder(check.ladder(), run_one, out=lines.append, **options)
     return failure, ran, lines
+
+
+def test_next_steps_under_the_emulator_keep_the_submission_and_need_no_gpu():
+    """Issue 26, item 2: the printed commands test the same file (a dropped --submission re-tested the
+    repository's and printed PASS), are the emulator's (no compute-sanitizer), and have no placeholder."""
+    _, _, lines = ladder_with({"m7_m129": "FAIL"}, emulate=True, config="safe", flags=" --submission v2.py")
+    steps = lines[lines.index("stopped after stage partial_tiles: first failure m7_m129 (FAIL). Next:") + 1:]
+    assert [step.split("    #")[0] for step in steps] == [
+        "  python tools/check.py --emulate --case m7_m129 --config safe --submission v2.py",
+        '  python tools/emulate.py submission --submission v2.py --config safe --mode adversarial --seed 1 '
+        '--spec "m: [7, 129]; n: [256, 128]; k: [256, 512]; g: 2; seed: 1"']
 
 
 def test_the_ladder_stops_after_the_first_stage_with_a_failure():
@@ -231,7 +246,7 @@ def run_tool(*args):
 def test_without_cuda_it_exits_2_with_one_line(args):
     done = run_tool(*args)
     assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr == "check.py needs a CUDA GPU (torch.cuda.is_available() is False)\n"
+    assert done.stderr == NO_CUDA_LINE
 
 
 def test_list_and_bad_names_need_no_gpu():
@@ -471,4 +486,4 @@ def test_config_is_checked_before_the_gpu_is_looked_for(text, said):
     assert done.returncode == 2 and done.stdout == "" and done.stderr.count("\n") == 1, done.stderr
     assert done.stderr.startswith(f"check.py: {said}") and "CUDA" not in done.stderr
     done = run_tool("--config", "cublas")  # a rung of the file: valid, then the GPU is looked for
-    assert done.stderr == "check.py needs a CUDA GPU (torch.cuda.is_available() is False)\n"
+    assert done.stderr == NO_CUDA_LINE

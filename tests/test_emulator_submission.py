@@ -83,6 +83,17 @@ def test_the_b200s_real_worker_count_on_small_shapes(config):
     assert_all_pass(config, [TASK_SPECS[8], EDGE_SPECS[0]], workers=None)
 
 
+def test_a_file_without_a_b200_kernel_is_one_line():
+    """Issue 26, item 3: not an AttributeError from inside the emulated call."""
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "emulate.py"), "submission", "--submission",
+                           str(ROOT / "tests" / "ref_submission.py"), "--spec", EDGE_SPECS[0]],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 5 and done.stdout.strip().splitlines() == [
+        f"emulate.py: {ROOT / 'tests' / 'ref_submission.py'} defines no compile_sm100: the emulator runs a B200 "
+        f"(sm_100a) kernel; python eval.py test --submission {ROOT / 'tests' / 'ref_submission.py'} tests any other"], \
+        done.stdout + done.stderr[-2000:]
+
+
 def test_a_planted_defect_fails_the_submission_too():
     """The matrix can fail: the scale-factor column shift makes every case wrong."""
     args = [sys.executable, str(ROOT / "tools" / "emulate.py"), "submission", "--config", "safe", "--workers", "2",

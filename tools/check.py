@@ -354,7 +354,7 @@ def _values(values: tuple[int, ...]) -> str:
     return f"{min(values)}..{max(values)}"
 
 
-ROW = "{:<14} {:<11} {:>3} {:>15} {:>9} {:>11}  {:<8} {:>9} {:>8}"
+ROW = "{:<14} {:<11} {:>3} {:>15} {:>15} {:>15}  {:<8} {:>9} {:>8}"  # M, N, K: up to 4 values of 3 digits
 
 
 def format_row(case: Case, result: Result | None) -> str:
@@ -365,9 +365,21 @@ def format_row(case: Case, result: Result | None) -> str:
     return ROW.format(case.stage, case.name, *shapes, result.verdict, ratio, f"{result.seconds:.1f}")
 
 
-def next_steps(case: Case, result: Result, config: str | None = None) -> list[str]:
-    """What to run after the first failure (under `config`), as command lines with a reason each."""
-    case_args = f"--case {case.name}" + (f" --config {config}" if config else "")
+def case_spec(case: Case) -> str:
+    """The case's shapes as an eval.py / emulate.py spec (the board's inputs for them, not the ladder's)."""
+    return (f"m: {list(case.m)}; n: {list(case.n)}; k: {list(case.k)}; g: {case.groups}; seed: 1")
+
+
+def next_steps(case: Case, result: Result, config: str | None = None, flags: str = "",
+               emulate: bool = False) -> list[str]:
+    """What to run after the first failure (under `config`), as command lines with a reason each;
+    `flags` (` --submission FILE`) go on every check.py line. Under the emulator, the emulator's tools
+    (compute-sanitizer needs a GPU)."""
+    case_args = f"--case {case.name}" + (f" --config {config}" if config else "") + flags
+    if emulate:
+        return [f"python tools/check.py --emulate {case_args}    # the emulator's full report",
+                f"python tools/emulate.py submission{flags} --config {config or 'shipped'} --mode adversarial "
+                f"--seed 1 --spec \"{case_spec(case)}\"    # these shapes, asynchronous work completing late"]
     sanitizer = "compute-sanitizer --tool {} python tools/check.py " + case_args
     steps = [f"python tools/check.py {case_args}    # the same case in one process, its full message"]
     if result.verdict == "HANG":
@@ -384,7 +396,7 @@ def next_steps(case: Case, result: Result, config: str | None = None) -> list[st
 
 
 def run_ladder(cases: list[Case], run_one, out=print, config: str | None = None,
-               emulate: bool = False) -> tuple[Case, Result] | None:
+               emulate: bool = False, flags: str = "") -> tuple[Case, Result] | None:
     """Run the cases stage by stage with run_one(case) -> Result; stop after the first stage with
     a failure (at once after a HANG). Returns the first failure, None if all passed."""
     out(ROW.format("stage", "case", "G", "M", "N", "K", "result", "err/tol", "seconds"))
@@ -406,11 +418,7 @@ def run_ladder(cases: list[Case], run_one, out=print, config: str | None = None,
         return None
     case, result = first_failure
     out(f"stopped after stage {case.stage}: first failure {case.name} ({result.verdict}). Next:")
-    steps = next_steps(case, result, config)
-    if emulate:  # the emulator's report names the PTX line; compute-sanitizer needs a GPU
-        config_flag = f" --config {config}" if config else ""
-        steps = [f"python tools/check.py --emulate --case {case.name}{config_flag}    # the emulator's full report",
-                 f"python tools/emulate.py submission --config {config or 'shipped'} --mode adversarial --spec ..."]
+    steps = next_steps(case, result, config, flags, emulate)
     for step in steps:
         out(f"  {step}")
     return first_failure
@@ -535,14 +543,14 @@ class LastRung:
     model_us: float | None = None
 
 
-def describe_advice(found, line: tuple | None, submission_name: str) -> list[str]:
+def describe_advice(found, line: tuple | None, submission_name: str, command: str = "python tools/check.py") -> list[str]:
     """What to change in the submission to run `found`: its SM100_CONFIG line, named by number."""
     new = f'SM100_CONFIG = "{found.describe()}"'
     if line is None:
         return [f"add this line to {submission_name} (it has no SM100_CONFIG line):", f"    {new}"]
     number, text = line[:2]
     return [f"replace line {number} of {submission_name} (`{text}`) with:", f"    {new}",
-            "(python tools/check.py --write makes this change after the bisection)"]
+            f"({command} --write makes this change after the bisection)"]
 
 
 def cublas_cost(cases: list[Case], last: LastRung, out) -> None:
@@ -566,12 +574,13 @@ def cublas_cost(cases: list[Case], last: LastRung, out) -> None:
 
 def bisect_failure(case: Case, result: Result, cases: list[Case], run_case, failing, safe, switches,
                    ranking, out=print, last: LastRung | None = None, line: tuple | None = None,
-                   submission_name: str = "submission.py") -> object | None:
+                   submission_name: str = "submission.py", flags: str = "", emulate: bool = False) -> object | None:
     """After `case` failed with `result` under `failing`: find the switches that break it and the
     fastest configuration that passes the whole ladder; print the findings and how to change the
     SM100_CONFIG line (`line`: its number and text). `ranking` is configuration_ranking's pair. When
     no tcgen05 configuration passes, the bisection ends at `last`, the cuBLAS rung: tried on a B200
     (and timed), named as unavailable elsewhere. Returns the configuration found, None if none."""
+    command = "python tools/check.py" + (" --emulate" if emulate else "")  # as the user ran it, with `flags`
     out(f"bisecting {case.name} ({result.verdict} under {failing.describe()}), each run in its own process:")
     out(BISECT_ROW.format("configuration", "run", "verdict", "seconds"))
     bisection = Bisection(run_case, failing, safe, switches, out)
@@ -580,7 +589,7 @@ def bisect_failure(case: Case, result: Result, cases: list[Case], run_case, fail
         safe_result = bisection.results[(safe, case.name)]
         out(f"SM100_SAFE fails {case.name} too ({safe_result.verdict}): no switch is to blame; the fault is "
             "in what every configuration shares. Next:")
-        for step in next_steps(case, safe_result, "safe"):
+        for step in next_steps(case, safe_result, "safe", flags, emulate):
             out(f"  {step}")
         return _last_rung(bisection, cases, case, out, last, line, submission_name)
     if findings.alone:
@@ -598,11 +607,11 @@ def bisect_failure(case: Case, result: Result, cases: list[Case], run_case, fail
     for config in ordered + ([safe] if safe not in ordered else []):
         if bisection.passes_ladder(config, cases, case):
             out(f"fastest configuration that passes the whole ladder (by {ranked_by}): {config.describe()}")
-            for advice in describe_advice(config, line, submission_name):
+            for advice in describe_advice(config, line, submission_name, command + flags):
                 out(advice)
             return config
     out("no configuration tried passes the whole ladder, SM100_SAFE included; its first failure is the "
-        "next to bisect: python tools/check.py --config safe")
+        f"next to bisect: {command} --config safe{flags}")
     return _last_rung(bisection, cases, case, out, last, line, submission_name)
 
 
@@ -688,7 +697,8 @@ def last_rung(submission, major: int, minor: int, options, in_subprocess) -> Las
 def _needs_cuda() -> bool:
     if torch.cuda.is_available():
         return False
-    print("check.py needs a CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
+    print("check.py needs a CUDA GPU (torch.cuda.is_available() is False); without one, python tools/check.py "
+          "--emulate runs the ladder's stages that fit the sm_100a emulator", file=sys.stderr)
     return True
 
 
@@ -742,6 +752,10 @@ def main(argv: list[str]) -> int:
         return 2
     if not options.submission.is_file():
         print(f"check.py: submission file not found: {options.submission}", file=sys.stderr)
+        return 2
+    if options.emulate and not harness.defines_sm100_kernel(options.submission):
+        print(f"check.py --emulate: {options.submission} defines no compile_sm100: the emulator runs a B200 (sm_100a) "
+              f"kernel; python eval.py test --submission {options.submission} tests any other", file=sys.stderr)
         return 2
     if not options.json:  # a case process gets its text from the ladder, checked
         # Before the GPU check: a malformed configuration is said in one line on any machine.
@@ -798,7 +812,12 @@ def main(argv: list[str]) -> int:
     def say(line: str) -> None:
         print(line, flush=True)
 
-    failure = run_ladder(selected, in_subprocess, out=say, config=options.config, emulate=options.emulate)
+    # the printed next steps name the file under test unless it is the default (issue 26: a dropped
+    # --submission re-tested the repository's file and printed PASS)
+    flags = "" if options.submission.resolve() == (ROOT / "submission.py").resolve() else \
+        f" --submission {harness._shown(options.submission)}"
+    failure = run_ladder(selected, in_subprocess, out=say, config=options.config, emulate=options.emulate,
+                         flags=flags)
     if failure is None:
         return 0
     try:
@@ -817,7 +836,8 @@ def main(argv: list[str]) -> int:
         found = bisect_failure(*failure, cases, lambda case, config: in_subprocess(case, config.describe()), failing,
                                submission.SM100_SAFE, switches, configuration_ranking(submission.SM100_SHIPPED),
                                out=say, last=last_rung(submission, major, minor, options, in_subprocess),
-                               line=line, submission_name=options.submission.name)
+                               line=line, submission_name=options.submission.name, flags=flags,
+                               emulate=options.emulate)
         if found is not None and options.write and line is not None:
             written = harness.write_config_line(options.submission, line[0], found.describe())
             say(f"written: line {line[0]} of {options.submission.name} now reads {written}")
