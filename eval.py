@@ -984,7 +984,8 @@ def _start_worker(submission: Path, emulate: bool = False) -> Worker:
 EMULATED_DEVICE = "a B200 emulated on this CPU (the sm_100a emulator, a B200's 148 SMs)"
 
 
-def local_test(cases: list[Case], worker: Worker, submission: Path, inspected: Optional[Path], verbose: bool) -> int:
+def local_test(cases: list[Case], worker: Worker, submission: Path, inspected: Optional[Path], verbose: bool,
+               inspection_note: str = "") -> int:
     print(f"Tests of {_shown(submission)} on {EMULATED_DEVICE if worker.emulate else _device_name()}")
     print(f"{'#':>3}  result     time   G  M  N  K")
     failed = 0
@@ -1000,6 +1001,8 @@ def local_test(cases: list[Case], worker: Worker, submission: Path, inspected: O
             _print_traceback(result.traceback)
         failed += not good
     print(f"{len(cases) - failed} of {len(cases)} passed")
+    if inspection_note:
+        print(inspection_note)
     inspection_passed = inspected is None or run_inspection(inspected)
     return 0 if failed == 0 and inspection_passed else 1
 
@@ -1248,7 +1251,11 @@ def local_main(argv: list[str]) -> int:
         if options.mode == "benchmark":
             return local_benchmark(cases, worker, submission, options.plot, options.verbose, options.baseline)
         inspected = (options.submission or DEFAULT_SUBMISSION) if inspect else None
-        return local_test(cases, worker, submission, inspected, options.verbose)
+        # a part of the tests without a GPU skips the inspection by default: say so, not silently (issue 26, item 7)
+        note = ("inspection: not run (a SPEC_FILE or --only runs part of the tests; --inspect runs it)"
+                if options.inspect is None and not inspect and not torch.cuda.is_available()
+                and options.mode == "test" and defines_sm100_kernel(options.submission or DEFAULT_SUBMISSION) else "")
+        return local_test(cases, worker, submission, inspected, options.verbose, note)
 
 
 def main() -> int:

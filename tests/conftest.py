@@ -111,3 +111,11 @@ def gpu_machine_env(tmp_path_factory):
                            capture_output=True, text=True, cwd=ROOT, env=env)
     assert probe.stdout.strip() == str(folder / "libcuda.so.1"), probe.stdout + probe.stderr[-2000:]
     return env
+
+
+def quick_first(values, ids=None):
+    """A parametrization's values with all but the first under `-m long`: README's quick command runs one
+    case of each family, the long matrix all of them."""
+    values = list(values)
+    return [values[0]] + [pytest.param(*(v if isinstance(v, tuple) else (v,)), marks=pytest.mark.long,
+                                       id=None if ids is None else ids[i + 1]) for i, v in enumerate(values[1:])]

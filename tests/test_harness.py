@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from conftest import ROOT, run_eval, run_popcorn
+from conftest import ROOT, quick_first, run_eval, run_popcorn
 
 import eval as harness
 
@@ -215,7 +215,7 @@ def test_a_full_run_without_a_gpu_inspects_unless_told_not_to(harness_dir):
     assert "inspected" not in done.stdout and "inspection" not in done.stdout
 
 
-@pytest.mark.parametrize("args, message", [
+@pytest.mark.parametrize("args, message", quick_first([
     (["bench"], "invalid choice"),
     ([], "required"),
     (["test", "--only", "11"], "--only 11: there are 10"),
@@ -226,7 +226,7 @@ def test_a_full_run_without_a_gpu_inspects_unless_told_not_to(harness_dir):
     (["test", "--submission", "raises.py"], "cannot import raises.py: ImportError: no such thing"),
     (["test", "--plot", "x.png"], "--plot applies to benchmark"),
     (["benchmark", "--no-inspect"], "--inspect/--no-inspect apply to test"),
-])
+]))
 def test_local_bad_use_is_one_line_and_exit_2(harness_dir, args, message):
     (harness_dir / "syntax.py").write_text("def custom_kernel(data)\n    return data\n")
     (harness_dir / "empty.py").write_text("custom_kernel = None\n")
@@ -274,7 +274,7 @@ def test_popcorn_test_mode_reports_a_wrong_kernel(harness_dir):
     assert result["test.0.error"].startswith("mismatch found! custom implementation doesn't match reference")
 
 
-@pytest.mark.parametrize("spec, reason", [
+@pytest.mark.parametrize("spec, reason", quick_first([
     ("m: [40]; n: 1.5\n", "'m: [40]; n: 1.5': ' n: 1.5'"),
     (SPEC_1_GROUP + "m: [96]; n: [128]; k: [256]; g: 1; seed: x\n", "seed must be an integer, got 'x'"),
     ("m: [96]; n: [128 256]; k: [256]; g: 1; seed: 3\n", "n must be a list of positive integers"),
@@ -286,7 +286,7 @@ def test_popcorn_test_mode_reports_a_wrong_kernel(harness_dir):
     ("m: [96]; n: [128]; k: [256]; g: 1\n", "missing key 'seed'"),
     ("m: [96]; n: [128]; k: [100]; g: 1; seed: 3\n", "each k must be a multiple of 16"),
     ("garbage line\n", "'garbage line': 'garbage line' is not `key: value`"),
-])
+]))
 def test_popcorn_malformed_spec_exits_113(harness_dir, spec, reason):
     done, _, lines = run_popcorn(harness_dir, "test", spec)
     assert done.returncode == 113 and lines == []
@@ -315,7 +315,7 @@ def test_popcorn_unknown_mode_exits_2(harness_dir):
     assert stderr_is_one_line(done) and "unknown mode 'script'" in done.stderr
 
 
-@pytest.mark.parametrize("mode", ["test", "benchmark", "leaderboard", "profile"])
+@pytest.mark.parametrize("mode", quick_first(["test", "benchmark", "leaderboard", "profile"]))
 def test_popcorn_unimportable_submission_fails_each_case_in_one_line(harness_dir, mode):
     (harness_dir / "submission.py").write_text("import no_such_module_here\n")
     done, result, lines = run_popcorn(harness_dir, mode, SPEC_1_GROUP)
@@ -450,7 +450,7 @@ RETURNS = {
 }
 
 
-@pytest.mark.parametrize("kind", RETURNS)
+@pytest.mark.parametrize("kind", quick_first(RETURNS))
 def test_what_came_back_is_named_before_any_value_check_in_both_faces(harness_dir, kind):
     code, said = RETURNS[kind]
     (harness_dir / "submission.py").write_text(code)
@@ -486,11 +486,11 @@ def test_local_face_takes_a_spec_file_and_another_submission(harness_dir):
     assert done.returncode == 1 and "  2  FAIL" in done.stdout and "0 of 1 passed" in done.stdout
 
 
-@pytest.mark.parametrize("spec, message", [
+@pytest.mark.parametrize("spec, message", quick_first([
     (None, "Could not open test file `missing.txt`"),
     ("m: [96]; n: [128]; k: [100]; g: 1; seed: 3\n", "each k must be a multiple of 16"),
     ("\n", "no test cases in `spec.txt`"),
-])
+]))
 def test_a_bad_local_spec_file_is_one_line_and_exit_2(harness_dir, spec, message):
     if spec is not None:
         (harness_dir / "spec.txt").write_text(spec)

@@ -314,6 +314,7 @@ COVERAGE = (  # (--groups, --config ...): issue 14's list
     ("2,8", ("safe",)),
     ("2", SINGLE_SWITCHES),
 )
+QUICK_COVERAGE = (("2", ("shipped", "safe")),)  # README's test command: both ends, one process
 
 
 def test_single_switches_flip_every_field_toward_safe():
@@ -341,15 +342,17 @@ def coverage_rows(stdout: str) -> list[dict]:
     return [dict(zip(header, cells)) for cells in rows if len(cells) == len(header) and cells[0].isdigit()]
 
 
-def test_every_configuration_compiles_and_passes_its_checks():
-    """Issue 14's CI list compiled for sm_100a and inspected (no GPU): the shipped configuration for
-    every group count, the safe one for G = 2 and 8, each single switch for G = 2. Three processes
-    at once (CI has 2 cores); about a minute of compiling in all."""
+@pytest.mark.parametrize("coverage", [QUICK_COVERAGE, pytest.param(COVERAGE, marks=pytest.mark.long)],
+                         ids=["shipped-and-safe", "issue-14-list"])
+def test_every_configuration_compiles_and_passes_its_checks(coverage):
+    """Issue 14's CI list compiled for sm_100a and inspected (no GPU), under `-m long`: the shipped
+    configuration for every group count, the safe one for G = 2 and 8, each single switch for G = 2. Three
+    processes at once (CI has 2 cores); about a minute of compiling in all. The quick set: shipped and safe."""
     runs = [subprocess.Popen([sys.executable, str(ROOT / "tools" / "inspect_sm100.py"), "--groups", groups,
                               *(arg for text in texts for arg in ("--config", text))],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
-            for groups, texts in COVERAGE]
-    for run, (groups, texts) in zip(runs, COVERAGE):
+            for groups, texts in coverage]
+    for run, (groups, texts) in zip(runs, coverage):
         stdout, stderr = run.communicate(timeout=600)
         rows = coverage_rows(stdout)
         expected = {(config(text).describe(), int(g)) for text in texts for g in groups.split(",")}
