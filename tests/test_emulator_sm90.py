@@ -157,3 +157,20 @@ def test_a_planted_early_epilogue_fails_in_adversarial_mode_only():
     rc, verdict, out = emulate(spec, mode="adversarial", seed=3, workers=2, ptx_filter=EARLY_EPILOGUE)
     assert rc == 1 and verdict.startswith("FAIL"), out[-4000:]
     assert_all_pass(spec, mode="eager", workers=2, ptx_filter=EARLY_EPILOGUE)
+
+
+def test_ulp_distance_of_the_h200_comparison():
+    """tools/compare_h200_output.py's measure: neighbours are 1 ulp apart, across zero too (+0 and -0 are
+    one value), NaN stays NaN."""
+    import torch
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    from compare_h200_output import ulp_distance
+
+    one = torch.tensor([1.0], dtype=torch.float16)
+    tiny = torch.tensor([2.0 ** -24], dtype=torch.float16)  # the smallest subnormal
+    x = torch.cat([one, one, tiny, torch.tensor([0.0, float("nan")], dtype=torch.float16)])
+    y = torch.cat([one, torch.nextafter(one, torch.tensor([2.0], dtype=torch.float16)), -tiny,
+                   torch.tensor([-0.0, 1.0], dtype=torch.float16)])
+    distance = ulp_distance(x, y)
+    assert distance[:4].tolist() == [0.0, 1.0, 2.0, 0.0] and distance[4].isnan()
