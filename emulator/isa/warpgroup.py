@@ -49,14 +49,16 @@ class WgmmaOp:
     warpgroup: int
     sequence: int  # issue order within the warpgroup
     issuer: str  # PTX line
-    parts: dict = field(default_factory=dict)  # warp index in the warpgroup -> callable
+    parts: dict = field(default_factory=dict)  # warp index in the warpgroup -> its part, until it runs
     groups: dict = field(default_factory=dict)  # warp index in the warpgroup -> its wgmma-group number
     executed: set = field(default_factory=set)  # warps whose part has run
 
-    def execute(self, warp_in_group: int) -> None:
+    def execute(self, warp_in_group: int) -> bool:
+        """Run one warp's part (once); True when all four parts have run."""
         if warp_in_group not in self.executed:
             self.executed.add(warp_in_group)
-            self.parts[warp_in_group]()
+            self.parts.pop(warp_in_group)()
+        return len(self.executed) == 4
 
 
 class WarpgroupPipe:
@@ -65,7 +67,7 @@ class WarpgroupPipe:
     def __init__(self, cta, index: int):
         self.cta = cta
         self.index = index
-        self.ops: list[WgmmaOp] = []
+        self.ops: dict[int, WgmmaOp] = {}  # in flight: issued by a warp, not yet executed by all four
         self.issued = [0, 0, 0, 0]  # per warp: wgmma.mma_async issued so far
         self.open = [[] for _ in range(4)]  # per warp: issued since its last commit
         self.groups = [deque() for _ in range(4)]  # per warp: committed groups not yet waited for, oldest first
@@ -74,9 +76,9 @@ class WarpgroupPipe:
     def join(self, warp_in_group: int, shape, dtypes, issuer: str) -> WgmmaOp:
         k = self.issued[warp_in_group]
         self.issued[warp_in_group] += 1
-        if k == len(self.ops):
-            self.ops.append(WgmmaOp("wgmma", shape, dtypes, self.cta.label, self.index, k, issuer))
-        op = self.ops[k]
+        op = self.ops.get(k)
+        if op is None:
+            op = self.ops[k] = WgmmaOp("wgmma", shape, dtypes, self.cta.label, self.index, k, issuer)
         if (op.shape, op.dtypes) != (shape, dtypes):
             raise EmulatorError("aligned", f"wgmma.mma_async #{k} of warpgroup {self.index}: this warp issues "
                                 f"{shape} {dtypes}, another warp of the warpgroup {op.shape} {op.dtypes} "
@@ -92,11 +94,15 @@ class WarpgroupPipe:
         self.groups[warp_in_group].append(self.open[warp_in_group])
         self.open[warp_in_group] = []
 
+    def execute(self, op: WgmmaOp, warp_in_group: int) -> None:
+        if op.execute(warp_in_group):
+            del self.ops[op.sequence]
+
     def wait(self, warp_in_group: int, pending: int) -> None:
         groups = self.groups[warp_in_group]
         while len(groups) > pending:
             for op in groups.popleft():
-                op.execute(warp_in_group)
+                self.execute(op, warp_in_group)
 
 
 def pipe_of(w) -> tuple[WarpgroupPipe, int]:
@@ -169,7 +175,7 @@ def _mma_async(instr, program):
 
         op.parts[warp_in_group] = part
         if w.cta.grid.mode == "eager":
-            op.execute(warp_in_group)
+            pipe.execute(op, warp_in_group)
 
     return handler
 
