@@ -25,7 +25,8 @@ The parts, laid out like the machine (STYLE.md section 4):
 | async_ops.py | when TMA and tensor-core work completes: eager or adversarial |
 | tma.py | tensor maps (the 128-byte descriptor), box loads and stores, swizzles |
 | tcgen05.py | tensor memory, matrix and instruction descriptors, block-scaled MMA, tcgen05.cp/ld layouts |
-| driver.py, driver/ | the stub CUDA driver and the DSL runtime shim (C), built on first use |
+| wgmma.py | sm_90a's warpgroup MMA: matrix descriptors, register fragment layouts, f16 MMA arithmetic |
+| driver.py, driver/ | the stub CUDA driver (answering as a B200 or an H200) and the DSL runtime shim (C), built on first use |
 | launch.py | a recorded launch + PTX -> a grid run to completion |
 
 What it models, what it does not, and where NVIDIA's kernel settled what the ISA's text leaves open: see

@@ -1,9 +1,9 @@
 """The stub driver route: how the DSL's own host code "launches" a kernel on a machine without a GPU.
 
 - cuda-python's driver bindings find `libcuda.so.1` by soname; the stub (driver/custub.c) is loaded first
-  with RTLD_GLOBAL, so that every later `dlopen("libcuda.so.1")` in the process gets it. It answers as a
-  B200 (sm_100, 148 SMs, 227 KiB of shared memory per block, clusters), serves device memory from host
-  memory, and queues each launch (grid, block, cluster, shared memory, attributes, a copy of the parameter
+  with RTLD_GLOBAL, so that every later `dlopen("libcuda.so.1")` in the process gets it. It answers as the
+  GPU `install(gpu=...)` names from DEVICES (a B200 by default: sm_100, 148 SMs, 227 KiB of shared memory
+  per block; or an H200: sm_90, 132 SMs), serves device memory from host memory, and queues each launch (grid, block, cluster, shared memory, attributes, a copy of the parameter
   bytes laid out from the cubin's `.nv.info`) instead of running it.
 - The DSL's generated host code calls `_cuda*` wrappers in the wheel's runtime library, whose static cudart
   needs the driver's private export tables, which no stub has. `CUTE_DSL_LIBS` replaces that library with
@@ -35,6 +35,38 @@ from .errors import EmulatorError
 
 SOURCES = Path(__file__).resolve().parent / "driver"
 _lib = None
+
+
+@dataclass(frozen=True)
+class DeviceIdentity:
+    """What the stub driver answers about its GPU (cuDeviceGetName, cuDeviceComputeCapability and the
+    cuDeviceGetAttribute queries the DSL and cutlass.utils.HardwareInfo make)."""
+
+    name: str
+    capability: tuple  # (major, minor)
+    arch: str  # what CUTE_DSL_ARCH compiles for
+    sm_count: int
+    clock_khz: int
+    memory_clock_khz: int
+    bus_width_bits: int
+    l2_bytes: int
+    smem_per_sm: int
+    smem_per_block_optin: int
+    total_memory: int
+
+
+DEVICES = {
+    # the stub's figures before the GPU became selectable (custub.c's defaults)
+    "B200": DeviceIdentity("NVIDIA B200", (10, 0), "sm_100a", sm_count=148, clock_khz=1965000,
+                           memory_clock_khz=3996000, bus_width_bits=8192, l2_bytes=126 << 20,
+                           smem_per_sm=233472, smem_per_block_optin=232448, total_memory=180 << 30),
+    # ../shared/MACHINE-FACTS.md, table 2 (cudaDeviceProp on the lent H200, 2026-11-24): 132 SMs, 1980 MHz,
+    # 60 MiB L2, 228 KiB shared memory per SM and 227 KiB opt-in per block, HBM3e 3201 MHz x 6016 bit, 141 GB
+    "H200": DeviceIdentity("NVIDIA H200", (9, 0), "sm_90a", sm_count=132, clock_khz=1980000,
+                           memory_clock_khz=3201000, bus_width_bits=6016, l2_bytes=62914560,
+                           smem_per_sm=233472, smem_per_block_optin=232448, total_memory=141 * 10**9),
+}
+_device = None  # the DeviceIdentity install() set
 
 
 class EmulatorSetupError(EmulatorError):
@@ -99,10 +131,15 @@ def build() -> Path:
     return folder
 
 
-def install(sm_count: int = 148) -> None:
-    """Make this process's CUDA driver the stub. Call before importing cutlass or cuda.bindings."""
-    global _lib
+def install(sm_count: int | None = None, gpu: str = "B200") -> None:
+    """Make this process's CUDA driver the stub, answering as `gpu` (a DEVICES key; `sm_count` overrides
+    its SM count). Call before importing cutlass or cuda.bindings. CUTE_DSL_ARCH defaults to the GPU's."""
+    global _lib, _device
+    if gpu not in DEVICES:
+        raise EmulatorSetupError(f"GPU {gpu!r}: one of {sorted(DEVICES)}")
     if _lib is not None:
+        if DEVICES[gpu] != _device:
+            raise EmulatorSetupError(f"the stub driver already answers as {_device.name}, not {DEVICES[gpu].name}")
         return
     if "cutlass" in sys.modules:
         raise EmulatorSetupError("emulator.driver.install() must run before cutlass is imported")
@@ -112,14 +149,19 @@ def install(sm_count: int = 148) -> None:
     folder = build()
     _lib = ctypes.CDLL(str(folder / "libcuda.so.1"), mode=ctypes.RTLD_GLOBAL)
     os.environ["CUTE_DSL_LIBS"] = str(folder / "libcuda_dialect_runtime.so")
-    os.environ.setdefault("CUTE_DSL_ARCH", "sm_100a")
+    _device = DEVICES[gpu]
+    os.environ.setdefault("CUTE_DSL_ARCH", _device.arch)
     # the emulator reads each kernel's PTX from the compiled function (JitCompiledFunction.__ptx__), which
     # the DSL fills only when asked to keep it; the files it then writes go to a folder of their own
     os.environ["CUTE_DSL_KEEP_PTX"] = "1"
     os.environ.setdefault("CUTE_DSL_DUMP_DIR", tempfile.mkdtemp(prefix="nvfp4-emulator-dump-"))
     os.environ["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES", "")  # keep torch on the CPU
     _declare(_lib)
-    _lib.custub_set_sm_count(sm_count)
+    d = _device
+    _lib.custub_set_device(d.name.encode(), *d.capability, d.sm_count, d.clock_khz, d.memory_clock_khz,
+                           d.bus_width_bits, d.l2_bytes, d.smem_per_sm, d.smem_per_block_optin, d.total_memory)
+    if sm_count is not None:
+        _lib.custub_set_sm_count(sm_count)
     import cuda.bindings.runtime as cudart
 
     # cuda-python's runtime bindings embed a static cudart, which needs the driver's private export
@@ -172,6 +214,7 @@ def _loaded_libcuda() -> str | None:
 def _declare(lib) -> None:
     u64 = ctypes.c_uint64
     lib.custub_set_sm_count.argtypes = [ctypes.c_int]
+    lib.custub_set_device.argtypes = [ctypes.c_char_p] + [ctypes.c_int] * 9 + [u64]
     lib.custub_launch_count.restype = ctypes.c_int
     lib.custub_launch_get.restype = ctypes.c_char_p
     lib.custub_launch_get.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_uint), ctypes.POINTER(ctypes.c_uint),
@@ -187,6 +230,12 @@ def _require():
     if _lib is None:
         raise EmulatorSetupError("emulator.driver.install() was not called")
     return _lib
+
+
+def device() -> DeviceIdentity:
+    """The GPU the stub answers as."""
+    _require()
+    return _device
 
 
 def set_sm_count(sm_count: int) -> None:

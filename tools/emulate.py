@@ -1,15 +1,21 @@
-"""Run an sm_100a kernel on this CPU, in the emulator, and check it against the exact reference.
+"""Run an sm_100a (or sm_90a) kernel on this CPU, in the emulator, and check it against the exact reference.
 
     python tools/emulate.py nvidia --mma-tiler 128,128 --cluster 1,1 --mnk 512,384,1024 \\
         [--clusters N] [--mode eager|adversarial] [--seed S] [--ptx-filter CMD]
     python tools/emulate.py submission --config CONFIG --spec "m: [..]; n: [..]; k: [..]; g: G; seed: S" \\
         [--workers W] [--mode eager|adversarial] [--seed S] [--ptx-filter CMD] [--submission FILE]
+        [--arch sm_100a|sm_90a]
 
 `nvidia` runs NVIDIA's dense_blockscaled_gemm_persistent.py (torch's copy of the CUTLASS v4.3.5 example) on
 random FP4 data and random e4m3 scales; `submission` runs submission.py's B200 kernel through its real host
 path (plan, schedule tables, LaunchArgs, CompiledLaunch) on the board's inputs for SPEC, with c poisoned and
 guard rows around each c. `--clusters` / `--workers` set how many clusters (pairs) the persistent grid has.
 `--ptx-filter CMD` pipes the PTX text through the shell command CMD before the emulator reads it.
+`--arch sm_90a` runs the Hopper path instead (sm90_kernel.py, reached through custom_kernel on a
+capability-9.0 device): the stub driver answers as an H200 (132 SMs) and the DSL compiles for sm_90a.
+Of `--config`, the Hopper kernel has `pdl` (its GEMM launched with PDL on the token pre-pass) and `jobs`
+(its schedule's job policy, sm90_kernel.SCHEDULE; named explicitly, else its own "tiles"); a text that
+changes any other field is refused. `--workers` is then the SM count its schedule spreads tiles over.
 
 The last line is the verdict, then the figures: PASS, FAIL (an output beyond |out - ref| <= 1e-3 + 1e-3 |ref|),
 OUTSIDE (a cell outside a group's M x N was written), HANG (every warp blocked: the report precedes it), or
@@ -34,6 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 EXIT = {"PASS": 0, "FAIL": 1, "OUTSIDE": 2, "HANG": 3, "ERROR": 4}
+ARCH_GPU = {"sm_100a": "B200", "sm_90a": "H200"}  # --arch -> the GPU the stub driver answers as
 ATOL = RTOL = 1e-3  # the board's check
 GUARD_ROWS = 2  # poisoned rows before and after each c
 POISON = 0x7E00  # fp16 NaN: a cell the kernel should have written and did not stays NaN
@@ -72,6 +79,8 @@ def parse_args(argv=None):
             p.add_argument("--workers", type=int, default=None, metavar="W",
                            help="co-resident workers (clusters); default: a B200's (74 pairs or 148 CTAs)")
             p.add_argument("--submission", type=Path, default=ROOT / "submission.py", metavar="FILE")
+            p.add_argument("--arch", choices=tuple(ARCH_GPU), default="sm_100a",
+                           help="sm_100a: the B200 kernel; sm_90a: the Hopper kernel on an emulated H200")
     return parser.parse_args(argv)
 
 
@@ -134,6 +143,62 @@ class EmulatedB200:
         return Stream()
 
 
+class EmulatedH200:
+    """The device facts the Hopper path asks for, answered as an H200's: submission.DEVICE's capability and
+    stream, and the SM count sm90_kernel.make_sm90_launch reads from torch.cuda.get_device_properties
+    (`install` answers that query for the CPU device; `workers`, when given, replaces the 132 SMs)."""
+
+    def __init__(self, workers: int | None):
+        from emulator import driver
+
+        self.sm_count = workers or driver.DEVICES["H200"].sm_count
+
+    def capability(self, device):
+        return (9, 0)
+
+    def co_resident_workers(self, device, cta_group: int) -> int:
+        return self.sm_count // cta_group
+
+    def stream(self, device):
+        return EmulatedB200.stream(self, device)
+
+    def install(self, S) -> None:
+        """Make `S` (submission.py) and torch's device-properties query see this H200."""
+        import torch
+
+        sm_count = self.sm_count
+
+        class Properties:
+            name = "NVIDIA H200 (emulated)"
+            major, minor = 9, 0
+            multi_processor_count = sm_count
+
+        torch.cuda.get_device_properties = lambda device=None: Properties()
+        S.DEVICE = self
+
+
+def hopper_config(S, text: str):
+    """Apply an SM100_CONFIG text to the Hopper path: `pdl` through SM100_CONFIG (make_sm90_launch reads
+    it), `jobs` into sm90_kernel.SCHEDULE when the text names it; any other change has no Hopper
+    counterpart and is refused (ValueError)."""
+    import dataclasses
+
+    import sm90_kernel
+
+    config = S.sm100_config(text)
+    base = S.sm100_config(text.split(",")[0] if "=" not in text.split(",")[0] else "shipped")
+    named = {part.split("=")[0].strip() for part in text.split(",") if "=" in part}
+    foreign = sorted(f.name for f in dataclasses.fields(config)
+                     if f.name not in ("pdl", "jobs") and (f.name in named or getattr(config, f.name) !=
+                                                           getattr(base, f.name)))
+    if foreign:
+        raise ValueError(f"--config {text!r}: {', '.join(foreign)} has no counterpart in the Hopper kernel "
+                         "(it has pdl and jobs)")
+    if "jobs" in named:
+        sm90_kernel.SCHEDULE = dataclasses.replace(sm90_kernel.SCHEDULE, jobs=config.jobs)
+    S.SM100_CONFIG = text
+
+
 def board_inputs(spec: str):
     """The board's inputs for SPEC (generate_input, on the CPU), each c poisoned and inside guard rows."""
     import torch
@@ -174,8 +239,12 @@ def run_submission(args, emulator) -> tuple:
                          f"python eval.py test --submission {args.submission} tests any other")
     S = load_submission(args.submission)
     S.sm100_config(args.config)  # a text that does not parse ends here, in one line
-    S.SM100_CONFIG = args.config
-    S.DEVICE = EmulatedB200(args.workers)
+    if args.arch == "sm_90a":
+        hopper_config(S, args.config)
+        EmulatedH200(args.workers).install(S)
+    else:
+        S.SM100_CONFIG = args.config
+        S.DEVICE = EmulatedB200(args.workers)
     results = []
     for spec in args.spec:
         start = time.perf_counter()
@@ -204,11 +273,23 @@ def run_submission(args, emulator) -> tuple:
 
 
 def submission_roles(S) -> dict:
+    if isinstance(S.DEVICE, EmulatedH200):  # sm90_kernel.py's GEMM (its token pre-pass has warps 0-3 only)
+        return {0: "weights TMA", 1: "tokens TMA", **{w: f"consumer warpgroup {w // 4}" for w in range(4, 12)}}
     return {**{w: "epilogue" for w in S.EPILOGUE_WARPS}, S.MMA_WARP: "MMA", S.TMA_WARP: "TMA"}
 
 
+def compiled_kernel(S, num_groups: int):
+    """The compiled function whose PTX the emulator runs: the B200 kernel's, or (S.DEVICE an EmulatedH200)
+    the Hopper pre-pass + GEMM's."""
+    if isinstance(S.DEVICE, EmulatedH200):
+        import sm90_kernel
+
+        return sm90_kernel.compile_sm90(num_groups, S.sm100_config().pdl)
+    return S.compile_sm100(num_groups, S.sm100_config())
+
+
 def emulated_call(S, data, extra_tensors, emu):
-    """`S.custom_kernel(data)` with the emulator as the B200 (S.DEVICE must be an EmulatedB200): every
+    """`S.custom_kernel(data)` with the emulator as the GPU (S.DEVICE an EmulatedB200 or EmulatedH200): every
     input, `extra_tensors` (e.g. guard buffers around c) and the plan's tables registered as global memory.
     Returns custom_kernel's outputs and the run's figures."""
     import emulator
@@ -221,7 +302,7 @@ def emulated_call(S, data, extra_tensors, emu):
     outputs = S.custom_kernel(data)
     for plan in S._plans.values():
         emu.register(*plan.launch.buffers)
-    return outputs, emulator.combine(emu.run_pending(S.compile_sm100(len(data[3]), S.sm100_config())))
+    return outputs, emulator.combine(emu.run_pending(compiled_kernel(S, len(data[3]))))
 
 
 def run_submission_case(S, spec: str, args, emulator) -> tuple:
@@ -285,7 +366,7 @@ def main(argv=None) -> int:
         status = driver.rerun_with_stub(__file__, argv)  # a GPU machine: torch may hold the real driver here
         if status is not None:
             return status
-        driver.install()
+        driver.install(gpu=ARCH_GPU[getattr(args, "arch", "sm_100a")])
         import emulator
     except Exception as e:  # noqa: BLE001 - the one line says why
         text = str(e)

@@ -3,7 +3,8 @@
  * Enough of the driver API for nvidia-cutlass-dsl 4.3.5 and 4.5.2 to compile, "load" and "launch" an
  * sm_100a kernel: cuda-python's cuInit check, the entry points the DSL runtime shim (cdrt_shim.c) and
  * cudart reach through cuGetProcAddress_v2, and the queries of cutlass.utils.HardwareInfo. Device facts are
- * a B200's (sm_100, 148 SMs; the SM count can be changed with custub_set_sm_count). Device memory is host
+ * a B200's until emulator/driver.py names another GPU (custub_set_device: name, compute capability, SMs,
+ * clocks, memory, L2, shared memory; the SM count alone with custub_set_sm_count). Device memory is host
  * memory. A launch is not executed: it is queued, with its configuration, attributes and a copy of its
  * parameter bytes (laid out from the cubin's .nv.info EIATTR_KPARAM_INFO), for emulator/driver.py to take
  * (custub_launch_count / custub_launch_get / custub_launch_param / custub_launch_clear).
@@ -29,15 +30,29 @@ CUresult cuInit(unsigned flags) { LOG("cuInit(%u)", flags); return OK; }
 CUresult cuDriverGetVersion(int *v) { *v = 13000; LOG("cuDriverGetVersion -> %d", *v); return OK; }
 CUresult cuDeviceGetCount(int *n) { *n = 1; LOG("cuDeviceGetCount -> 1"); return OK; }
 CUresult cuDeviceGet(CUdevice *d, int ordinal) { *d = ordinal; LOG("cuDeviceGet(%d)", ordinal); return ordinal == 0 ? OK : 101; }
-CUresult cuDeviceGetName(char *name, int len, CUdevice d) { snprintf(name, len, "NVIDIA B200 (custub)"); return OK; }
-CUresult cuDeviceTotalMem(size_t *b, CUdevice d) { *b = (size_t)180 << 30; return OK; }
+/* The GPU this stub impersonates: a B200 unless custub_set_device names another (driver.py's DEVICES). */
+static struct {
+  char name[64];
+  int major, minor, sm_count, clock_khz, memory_clock_khz, bus_width_bits, l2_bytes, smem_per_sm, smem_per_block_optin;
+  size_t total_memory;
+} device = {"NVIDIA B200", 10, 0, 148, 1965000, 3996000, 8192, 126 << 20, 233472, 232448, (size_t)180 << 30};
+void custub_set_device(const char *name, int major, int minor, int sm_count, int clock_khz, int memory_clock_khz,
+                       int bus_width_bits, int l2_bytes, int smem_per_sm, int smem_per_block_optin,
+                       unsigned long long total_memory) {
+  snprintf(device.name, sizeof device.name, "%s", name);
+  device.major = major; device.minor = minor; device.sm_count = sm_count; device.clock_khz = clock_khz;
+  device.memory_clock_khz = memory_clock_khz; device.bus_width_bits = bus_width_bits; device.l2_bytes = l2_bytes;
+  device.smem_per_sm = smem_per_sm; device.smem_per_block_optin = smem_per_block_optin;
+  device.total_memory = total_memory;
+}
+CUresult cuDeviceGetName(char *name, int len, CUdevice d) { snprintf(name, len, "%s (custub)", device.name); return OK; }
+CUresult cuDeviceTotalMem(size_t *b, CUdevice d) { *b = device.total_memory; return OK; }
 CUresult cuDeviceGetUuid(unsigned char *u, CUdevice d) { memset(u, 0x5a, 16); return OK; }
 CUresult cuDeviceGetLuid(char *l, unsigned *mask, CUdevice d) { return ERR_NOT_SUPPORTED; }
 CUresult cuDeviceGetPCIBusId(char *s, int len, CUdevice d) { snprintf(s, len, "0000:00:00.0"); return OK; }
-CUresult cuDeviceComputeCapability(int *maj, int *min, CUdevice d) { *maj = 10; *min = 0; return OK; }
+CUresult cuDeviceComputeCapability(int *maj, int *min, CUdevice d) { *maj = device.major; *min = device.minor; return OK; }
 
-static int sm_count = 148;
-void custub_set_sm_count(int n) { sm_count = n; }
+void custub_set_sm_count(int n) { device.sm_count = n; }
 static int device_attribute(int a) {
   switch (a) {
     case 1: return 1024;               /* max threads per block */
@@ -49,20 +64,20 @@ static int device_attribute(int a) {
     case 9: return 65536;               /* total constant memory */
     case 10: return 32;                 /* warp size */
     case 12: return 65536;              /* max registers per block */
-    case 13: return 1965000;            /* clock rate kHz */
+    case 13: return device.clock_khz;   /* clock rate kHz */
     case 14: return 512;                /* texture alignment */
-    case 16: return sm_count;           /* multiprocessor count */
+    case 16: return device.sm_count;    /* multiprocessor count */
     case 19: return 1;                  /* integrated = 0? (19 is concurrent kernels on some headers) */
-    case 36: return 3996000;            /* memory clock */
-    case 37: return 8192;               /* bus width */
-    case 38: return 126 << 20;          /* L2 size */
+    case 36: return device.memory_clock_khz; /* memory clock kHz */
+    case 37: return device.bus_width_bits; /* bus width */
+    case 38: return device.l2_bytes;    /* L2 size */
     case 39: return 2048;               /* max threads per SM */
     case 41: return 1;                  /* unified addressing */
-    case 75: return 10;                 /* compute capability major */
-    case 76: return 0;                  /* minor */
-    case 81: return 233472;             /* max shared per SM */
+    case 75: return device.major;       /* compute capability major */
+    case 76: return device.minor;       /* minor */
+    case 81: return device.smem_per_sm; /* max shared per SM */
     case 82: return 65536;              /* max registers per SM */
-    case 97: return 232448;             /* max shared per block opt-in */
+    case 97: return device.smem_per_block_optin; /* max shared per block opt-in */
     case 106: return 32;                /* max blocks per SM */
     case 120: return 1;                 /* cluster launch */
     default: return 0;
@@ -285,7 +300,7 @@ typedef struct { unsigned gx, gy, gz, bx, by, bz, smem; void *stream; stub_attr 
 CUresult cuOccupancyMaxActiveClusters(int *n, void *f, const stub_cfg *c) {
   unsigned cl = 1;
   for (unsigned i = 0; c && i < c->nattrs; i++) if (c->attrs[i].id == 4) cl = c->attrs[i].v.dim.x * c->attrs[i].v.dim.y * c->attrs[i].v.dim.z;
-  *n = sm_count / (cl ? cl : 1); LOG("cuOccupancyMaxActiveClusters(cluster %u) -> %d", cl, *n); return OK;
+  *n = device.sm_count / (cl ? cl : 1); LOG("cuOccupancyMaxActiveClusters(cluster %u) -> %d", cl, *n); return OK;
 }
 CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, void *f, int bs, size_t smem) { *n = 1; return OK; }
 CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *n, void *f, int bs, size_t smem, unsigned fl) { *n = 1; return OK; }

@@ -97,11 +97,40 @@ def _abs(instr, program):
     return _unary(lambda a, t: np.abs(a))(instr, program)
 
 
+def _f16x2(fn):
+    """Factory for `op.rn.f16x2 d, a, b` (9.7.4 half precision): each 16-bit half of a and b, low with
+    low and high with high, through `fn` in float32 (exact for a product or sum of two f16 values), then
+    rounded once to f16, nearest even."""
+
+    def factory(instr, program):
+        d, a, b = instr.operands[:3]
+        write, ra, rb = program.writer(d, "b32"), program.reader(a, "b32"), program.reader(b, "b32")
+
+        def halves(raw):
+            return (raw & np.uint32(0xFFFF)).astype(np.uint16).view(np.float16), \
+                (raw >> np.uint32(16)).astype(np.uint16).view(np.float16)
+
+        def handler(w, mask):
+            (alo, ahi), (blo, bhi) = halves(ra(w)), halves(rb(w))
+            with np.errstate(over="ignore", invalid="ignore"):
+                lo = fn(alo.astype(np.float32), blo.astype(np.float32)).astype(np.float16)
+                hi = fn(ahi.astype(np.float32), bhi.astype(np.float32)).astype(np.float16)
+            write(w, (hi.view(np.uint16).astype(np.uint32) << np.uint32(16)) | lo.view(np.uint16), mask)
+
+        return handler
+
+    return factory
+
+
 @instruction("mul")
 def _mul(instr, program):
-    """mul{.lo,.hi,.wide}.type (9.7.1.3); mul.f32 (9.7.3.3)."""
-    typ = type_of(instr)
+    """mul{.lo,.hi,.wide}.type (9.7.1.3); mul.f32 (9.7.3.3); mul.rn.f16x2 (9.7.4.3)."""
     mods = instr.modifiers
+    if "f16x2" in mods:
+        if "rn" not in mods or "ftz" in mods or "sat" in mods:
+            raise EmulatorError("unimplemented", instr.opcode)
+        return _f16x2(lambda a, b: a * b)(instr, program)
+    typ = type_of(instr)
     if _float(typ):
         return _binary(lambda a, b, t: a * b)(instr, program)
     bits = _bits(typ)
@@ -452,9 +481,24 @@ def _mov(instr, program):
 def _cvt(instr, program):
     """cvt[.rnd][.sat].dtype.atype d, a (9.7.9.21). Integer widening sign- or zero-extends by the
     source type; narrowing truncates. f32 -> f16x2 (`cvt.rn.f16x2.f32 d, a, b`): a to the upper half,
-    b to the lower, round to nearest even."""
+    b to the lower, round to nearest even. e4m3x2 -> f16x2 (`cvt.rn.f16x2.e4m3x2 d, a`, a .b16): the upper
+    byte of a to the upper half of d, the lower to the lower (exact: every e4m3 value is an f16)."""
     mods = instr.modifiers
     types = [m for m in mods if m in TYPES or m in ("f16x2", "bf16x2", "bf16")]
+    if types[0] == "f16x2" and "e4m3x2" in mods:
+        from ..tcgen05 import E4M3
+
+        if "rn" not in mods or "relu" in mods:
+            raise EmulatorError("unimplemented", instr.opcode)
+        d, a = instr.operands[:2]
+        write, ra = program.writer(d, "b32"), program.reader(a, "b16")
+        table = E4M3.astype(np.float16).view(np.uint16).astype(np.uint32)  # e4m3 code -> f16 bits
+
+        def widen(w, mask):
+            v = ra(w).astype(np.uint32)
+            write(w, (table[v >> np.uint32(8)] << np.uint32(16)) | table[v & np.uint32(0xFF)], mask)
+
+        return widen
     if types[0] in ("f16x2", "bf16x2"):
         if types[0] != "f16x2" or "rn" not in mods:
             raise EmulatorError("unimplemented", instr.opcode)

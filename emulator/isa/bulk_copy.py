@@ -1,7 +1,7 @@
 """Bulk tensor copies (TMA): `cp.async.bulk.tensor`, bulk groups.
 
-PTX ISA 9.7.9.25.5.1 `cp.async.bulk.tensor`, 9.7.9.25.5.2/3 `cp.async.bulk.commit_group` /
-`cp.async.bulk.wait_group`. The box layout, swizzle and out-of-bounds fill are tma.py's; this module decides
+PTX ISA 9.7.9.25.5.1 `cp.async.bulk.tensor`, 9.7.9.25.4.1 `cp.async.bulk` (1-D, global to shared),
+9.7.9.25.5.2/3 `cp.async.bulk.commit_group` / `cp.async.bulk.wait_group`. The box layout, swizzle and out-of-bounds fill are tma.py's; this module decides
 where the bytes go and which mbarriers are signalled:
 
 - **load, unicast** (`.shared::cluster.global ... .mbarrier::complete_tx::bytes`): the box lands at
@@ -19,8 +19,12 @@ where the bytes go and which mbarriers are signalled:
   `wait_group N` (with or without `.read`) returns once at most N of the thread's groups are pending: the
   emulator completes the older ones then (the `.read` variant's distinction, source read vs. writes
   visible, is not modelled: both happen at once).
-Not modelled: im2col and gather/scatter modes, `.reduce` (cp.reduce.async.bulk.tensor), 1-D bulk copies
-(`cp.async.bulk` without `.tensor`): each is an error naming the form.
+- **1-D load** (`cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [dst], [src], size,
+  [mbar]`): `size` contiguous bytes (a multiple of 16; both addresses 16-byte aligned) from global memory
+  to `[dst]`, complete-tx of `size` on `[mbar]`, which must be in the destination CTA.
+Not modelled: im2col and gather/scatter modes, `.reduce` (cp.reduce.async.bulk.tensor), the other 1-D
+bulk copy forms (multicast, shared to global, shared::cta to shared::cluster, prefetch): each is an error
+naming the form.
 """
 
 from __future__ import annotations
@@ -181,6 +185,39 @@ def _wait_group(instr, program):
             while len(groups) > limit:
                 for op in groups.pop(0):
                     op.deliver(w.cta.grid)
+
+    return handler
+
+
+@instruction("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes")
+def _bulk_load(instr, program):
+    """1-D bulk copy, global to shared::cluster, completing on an mbarrier (module docstring)."""
+    dst, src = address_reader(program, instr.operands[0]), address_reader(program, instr.operands[1])
+    size = program.reader(instr.operands[2], "u32")
+    mbar = address_reader(program, instr.operands[3])
+    where = program.where(instr.index)
+
+    def handler(w, lane_mask):
+        d, g, n, b = dst(w), src(w), size(w), mbar(w)
+        for lane in np.flatnonzero(lane_mask):
+            nbytes, source = int(n[lane]), int(g[lane])
+            d_rank, d_offset = split_shared(int(d[lane]))
+            if nbytes % 16 or source % 16 or d_offset % 16:
+                raise EmulatorError("misaligned", f"cp.async.bulk of {nbytes} B from 0x{source:x} to shared "
+                                    f"0x{int(d[lane]):x}: size and addresses must be multiples of 16")
+            if split_shared(int(b[lane]))[0] != d_rank:
+                raise EmulatorError("tma", f"cp.async.bulk into CTA rank {d_rank} signals an mbarrier in another "
+                                    "CTA")
+            cta = w.cta.cluster.cta(d_rank, where)
+            _, barrier = mbarrier_at(w, int(b[lane]), True)
+            cta.shared.check(d_offset, nbytes, "cp.async.bulk destination")
+            gm = w.cta.grid.global_memory
+
+            def deliver(cta=cta, d_offset=d_offset, source=source, nbytes=nbytes, barrier=barrier, gm=gm):
+                cta.shared.write(d_offset, gm.read(source, nbytes))
+                barrier.complete_tx(cta.grid, nbytes)
+
+            issue(w.cta.grid, AsyncOp(deliver, [barrier], where))
 
     return handler
 
