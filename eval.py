@@ -29,6 +29,7 @@ import sys
 import sysconfig
 import time
 import traceback
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -424,8 +425,6 @@ def _emulate_submission() -> None:
     spec = importlib.util.spec_from_file_location("emulate", EMULATE_TOOL)
     emulate = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(emulate)
-    import warnings
-
     warnings.filterwarnings("ignore", message=emulate.DSL_DEPRECATION, category=DeprecationWarning)
     module = sys.modules["submission"]
     module.DEVICE = emulate.EmulatedB200(None)

@@ -119,3 +119,14 @@ def quick_first(values, ids=None):
     values = list(values)
     return [values[0]] + [pytest.param(*(v if isinstance(v, tuple) else (v,)), marks=pytest.mark.long,
                                        id=None if ids is None else ids[i + 1]) for i, v in enumerate(values[1:])]
+
+
+@pytest.fixture(scope="session")
+def shipped_inspection(tmp_path_factory):
+    """tools/inspect_sm100.py on the shipped configuration at every default group count, with --keep: one
+    compile per group count, shared by the tests that read it (test_submission, test_inspect_sm100).
+    Returns the finished process and the folder of cubin, PTX and SASS."""
+    keep = tmp_path_factory.mktemp("shipped-sm100a")
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "inspect_sm100.py"), "--config", "shipped",
+                           "--keep", str(keep)], capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
+    return done, keep

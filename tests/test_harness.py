@@ -184,10 +184,12 @@ FAKE_INSPECTION = ("import pathlib, sys\nprint('inspected', sys.argv[1], pathlib
 def test_inspection_runs_on_the_file_under_test(harness_dir, verdict):
     (harness_dir / "tools").mkdir()
     (harness_dir / "tools" / "inspect_sm100.py").write_text(FAKE_INSPECTION)
-    (harness_dir / "sm100.py").write_text(f"# {verdict}\nfrom reference import ref_kernel as custom_kernel\n"
-                                          "def compile_sm100(num_groups):\n    return None\n")
-    done = run_eval(harness_dir, "test", "--submission", "sm100.py", "--only", "1", "--inspect")
-    assert f"inspected --submission {(harness_dir / 'sm100.py').resolve()}\n" in done.stdout
+    (harness_dir / "submission.py").write_text(f"# {verdict}\nfrom reference import ref_kernel as custom_kernel\n"
+                                               "def compile_sm100(num_groups):\n    return None\n")
+    # --reference: the harness runs with the reference (this stand-in sm_100a kernel cannot run, and this copy
+    # has no emulator), and the inspection still reads submission.py
+    done = run_eval(harness_dir, "test", "--reference", "--only", "1", "--inspect")
+    assert f"inspected --submission {(harness_dir / 'submission.py').resolve()}\n" in done.stdout
     assert done.returncode == (0 if verdict == "pass" else 1), done.stdout + done.stderr
     assert ("inspection: pass" if verdict == "pass" else "inspection: FAIL (exit code 1)") in done.stdout
 

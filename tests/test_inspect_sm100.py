@@ -344,16 +344,19 @@ def coverage_rows(stdout: str) -> list[dict]:
 
 @pytest.mark.parametrize("coverage", [QUICK_COVERAGE, pytest.param(COVERAGE, marks=pytest.mark.long)],
                          ids=["shipped-and-safe", "issue-14-list"])
-def test_every_configuration_compiles_and_passes_its_checks(coverage):
+def test_every_configuration_compiles_and_passes_its_checks(coverage, request):
     """Issue 14's CI list compiled for sm_100a and inspected (no GPU), under `-m long`: the shipped
-    configuration for every group count, the safe one for G = 2 and 8, each single switch for G = 2. Three
-    processes at once (CI has 2 cores); about a minute of compiling in all. The quick set: shipped and safe."""
-    runs = [subprocess.Popen([sys.executable, str(ROOT / "tools" / "inspect_sm100.py"), "--groups", groups,
+    configuration for every group count (conftest.shipped_inspection, shared with test_submission), the safe
+    one for G = 2 and 8, each single switch for G = 2, two processes at once (CI has 2 cores). The quick set:
+    shipped and safe for G = 2."""
+    runs = [request.getfixturevalue("shipped_inspection")[0] if (groups, texts) == COVERAGE[0] else
+            subprocess.Popen([sys.executable, str(ROOT / "tools" / "inspect_sm100.py"), "--groups", groups,
                               *(arg for text in texts for arg in ("--config", text))],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
             for groups, texts in coverage]
     for run, (groups, texts) in zip(runs, coverage):
-        stdout, stderr = run.communicate(timeout=600)
+        stdout, stderr = (run.stdout, run.stderr) if isinstance(run, subprocess.CompletedProcess) else \
+            run.communicate(timeout=600)
         rows = coverage_rows(stdout)
         expected = {(config(text).describe(), int(g)) for text in texts for g in groups.split(",")}
         assert {(row["config"], int(row["groups"])) for row in rows} == expected, stdout + stderr

@@ -186,6 +186,7 @@ def test_profile_tool_instruments_the_current_kernel():
 
 
 
+@pytest.mark.long
 def test_instrumented_kernel_compiles_on_cpu(tmp_path):
     """The stamped copy must trace and compile, not only patch: a name its clock helper uses that
     the kernel's module lacks fails here, not on the H200."""
