@@ -3,6 +3,7 @@
     python tools/compare_h200_output.py --emulate build/h200_compare/emulated.pt      # this CPU, minutes
     python tools/compare_h200_output.py --hardware OUT.pt                             # on the H200
     python tools/compare_h200_output.py --compare build/h200_compare/emulated.pt OUT.pt
+    python tools/compare_h200_output.py --reference build/h200_compare/exact.pt       # the exact reference
 
 Both halves build the same inputs on the CPU from fixed seeds (the hardware half then copies them to the
 GPU with their strides) and run them through submission.custom_kernel: `--emulate` on an emulated H200
@@ -14,7 +15,10 @@ GPU. Each c starts as fp16 NaN, so a cell the kernel did not write shows. Two ki
 - `wide`: the same layout with every FP4 code and e4m3 scales from 2^-6 to 1.875, so sums are not exact
   in fp32 and the tensor core's accumulation order and rounding can show (emulator/DESIGN.md, "sm_90a").
 `--compare A B` prints, per case, the largest difference in fp16 ulps (distance between the two fp16
-values in the ordered set of fp16 numbers), how many elements differ and how many are NaN, then a summary.
+values in the ordered set of fp16 numbers), the largest absolute difference (an ulp is tiny near zero,
+where a cancelling sum lands), how many elements differ and how many are NaN, then a summary.
+`--reference` saves reference.ref_kernel's outputs on the CPU (float64 sums, one rounding to fp16: the
+correctly rounded result), a third side to compare either with.
 `--config TEXT` (default shipped) is the SM100_CONFIG text both halves run (see tools/emulate.py --arch).
 """
 
@@ -144,6 +148,18 @@ def hardware_half(path: Path, config: str) -> int:
     return 0
 
 
+def reference_half(path: Path) -> int:
+    """Every case through the exact reference on the CPU."""
+    from reference import ref_kernel
+
+    results = []
+    for name, spec, kind in _cases():
+        outputs = ref_kernel(make_inputs(spec, kind))
+        results.append({"name": name, "spec": spec, "data": kind, "c": [c.clone() for c in outputs]})
+    _save(path, "exact reference (CPU, float64)", "-", results)
+    return 0
+
+
 def _to_device(data, device):
     """Each tensor copied to `device` with its shape and strides (the kernel checks the board's layouts)."""
     import torch
@@ -175,7 +191,7 @@ def compare(path_a: Path, path_b: Path) -> int:
     a, b = torch.load(path_a), torch.load(path_b)
     print(f"A: {path_a} ({a['side']}, config {a['config']})\nB: {path_b} ({b['side']}, config {b['config']})")
     cases_b = {case["name"]: case for case in b["cases"]}
-    print(f"{'case':<16} {'elements':>9} {'differ':>8} {'max ulps':>9} {'NaN A':>6} {'NaN B':>6}")
+    print(f"{'case':<16} {'elements':>9} {'differ':>8} {'max ulps':>9} {'max |A-B|':>10} {'NaN A':>6} {'NaN B':>6}")
     worst = {kind: 0.0 for kind in KINDS}
     total_differ = 0
     for case in a["cases"]:
@@ -184,8 +200,11 @@ def compare(path_a: Path, path_b: Path) -> int:
             print(f"{case['name']:<16} missing in B")
             continue
         elements = differ = nan_a = nan_b = 0
-        largest = 0.0
+        largest = absolute = 0.0
         for x, y in zip(case["c"], other["c"]):
+            gap = (x.double() - y.double()).abs()
+            if (~gap.isnan()).any():
+                absolute = max(absolute, float(gap[~gap.isnan()].max()))
             distance = ulp_distance(x, y)
             elements += x.numel()
             nan_a += int(x.isnan().sum())
@@ -195,7 +214,7 @@ def compare(path_a: Path, path_b: Path) -> int:
                 largest = max(largest, float(distance[~distance.isnan()].max()))
         worst[case["data"]] = max(worst[case["data"]], largest)
         total_differ += differ
-        print(f"{case['name']:<16} {elements:>9} {differ:>8} {largest:>9.0f} {nan_a:>6} {nan_b:>6}")
+        print(f"{case['name']:<16} {elements:>9} {differ:>8} {largest:>9.0f} {absolute:>10.3g} {nan_a:>6} {nan_b:>6}")
     print("largest difference: " + ", ".join(f"{kind} data {worst[kind]:.0f} ulps" for kind in KINDS)
           + f"; {total_differ} elements differ in all")
     return 0
@@ -207,6 +226,7 @@ def main(argv=None) -> int:
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--emulate", type=Path, metavar="OUT.pt", help="run the cases in the emulator (CPU)")
     what.add_argument("--hardware", type=Path, metavar="OUT.pt", help="run the cases on this GPU")
+    what.add_argument("--reference", type=Path, metavar="OUT.pt", help="the exact reference's outputs (CPU)")
     what.add_argument("--compare", type=Path, nargs=2, metavar=("A.pt", "B.pt"))
     parser.add_argument("--config", default="shipped", metavar="TEXT", help="SM100_CONFIG text (pdl, jobs)")
     args = parser.parse_args(argv)
@@ -214,6 +234,8 @@ def main(argv=None) -> int:
         return emulate_half(args.emulate, args.config)
     if args.hardware:
         return hardware_half(args.hardware, args.config)
+    if args.reference:
+        return reference_half(args.reference)
     return compare(*args.compare)
 
 
