@@ -1,5 +1,6 @@
 """Launch limits (emulator/limits.py): a launch a B200's driver refuses is an error naming the limit, and the
-cubin figures it uses are the ones cuobjdump reports.
+cubin figures it uses are the ones cuobjdump reports. Pair allocation: a 2-CTA kernel whose odd CTA skips its
+`tcgen05.alloc.cta_group::2` (tests/ptx_pair_defects.py) hangs at the pair's allocation, named as such.
 
 Each limit is tried on a launch one step over it (refused, the limit named) and at it (accepted), on a small
 ELF made here with the records ptxas writes (EIATTR_REGCOUNT in .nv.info, the .nv.shared.<kernel> section).
@@ -153,3 +154,15 @@ def test_a_real_cubin_reads_as_cuobjdump_reads_it(tmp_path):
     # the DSL's host code opts in to the whole maximum and allows non-portable clusters
     assert attribute == B200.shared_per_block_optin and nonportable == 1
     assert dynamic + static_shared <= B200.shared_per_block_optin
+
+
+@pytest.mark.skipif(sys.version_info < (3, 10), reason="the DSL needs Python 3.10+")
+def test_a_pair_allocation_the_peer_cta_skips_is_named_in_the_hang_report():
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "emulate.py"), "nvidia", "--mnk", "256,256,256",
+                           "--mma-tiler", "256,128", "--cluster", "2,1", "--clusters", "1", "--ptx-filter",
+                           f"{sys.executable} {ROOT / 'tests' / 'ptx_pair_defects.py'} odd-cta-skips-alloc"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 3 and done.stdout.strip().splitlines()[-1].startswith("HANG"), done.stdout[-3000:]
+    assert re.search(r"CTA \(0, 0, 0\) \(rank 0\):\n  warp \d \(epilogue\) at PTX line \d+ `tcgen05\.alloc\.cta_group::2"
+                     r"[^`]*`: tcgen05\.alloc\.cta_group::2 of 512 columns: waiting for a warp of the peer CTA \(rank 1\)",
+                     done.stdout), done.stdout[-3000:]
