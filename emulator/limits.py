@@ -100,7 +100,12 @@ def cubin_resources(elf: bytes, kernel_name: str) -> CubinResources:
 
 
 def check_launch(launch, limits: GpuLimits = B200) -> None:
-    """Raise LaunchLimitError naming the first limit `launch` (driver.Launch) is beyond."""
+    """Raise LaunchLimitError naming the first limit `launch` (driver.Launch) is beyond. A launch record
+    without the kernel's facts (attributes as set, cubin) is taken as the driver's defaults, registers unknown."""
+    cubin = getattr(launch, "cubin", b"")
+    max_dynamic_shared = getattr(launch, "max_dynamic_shared", None)
+    cluster_nonportable = getattr(launch, "cluster_nonportable", None)
+
     def refuse(what: str):
         raise LaunchLimitError(f"{limits.name} refuses the launch: {what}")
 
@@ -121,16 +126,16 @@ def check_launch(launch, limits: GpuLimits = B200) -> None:
             refuse(f"cluster dimension {'xyz'[axis]} = {c} does not divide the grid's {g}")
     if size > limits.cluster_nonportable:
         refuse(f"cluster size {size} (cluster {cluster}) > {limits.cluster_nonportable}, the non-portable maximum")
-    if size > limits.cluster_portable and not launch.cluster_nonportable:
+    if size > limits.cluster_portable and not cluster_nonportable:
         refuse(f"cluster size {size} (cluster {cluster}) > {limits.cluster_portable}, the portable maximum, and "
                "the kernel's CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED is not set")
 
-    resources = cubin_resources(launch.cubin, launch.kernel_name) if launch.cubin else CubinResources(None, 0)
+    resources = cubin_resources(cubin, launch.kernel_name) if cubin else CubinResources(None, 0)
     dynamic = launch.shared_bytes
-    allowed = limits.dynamic_shared_default if launch.max_dynamic_shared is None else launch.max_dynamic_shared
+    allowed = limits.dynamic_shared_default if max_dynamic_shared is None else max_dynamic_shared
     if dynamic > allowed:
         refuse(f"{dynamic} B of dynamic shared memory > {allowed} B, the kernel's "
-               f"{'default' if launch.max_dynamic_shared is None else 'CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES'}")
+               f"{'default' if max_dynamic_shared is None else 'CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES'}")
     if dynamic + resources.static_shared > limits.shared_per_block_optin:
         refuse(f"{dynamic} B of dynamic + {resources.static_shared} B of static shared memory > "
                f"{limits.shared_per_block_optin} B per block")
