@@ -84,6 +84,10 @@ class Launch:
     attributes: dict  # CUlaunchAttributeID -> value (the first 4 bytes of the value union)
     params: tuple  # raw bytes of each kernel parameter, in ordinal order
     stream: int
+    # the kernel's attributes as the host code set them (None: never set) and its cubin (the ELF image)
+    max_dynamic_shared: int | None = None  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    cluster_nonportable: int | None = None  # CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
+    cubin: bytes = b""
 
     @property
     def pdl(self) -> bool:
@@ -222,6 +226,9 @@ def _declare(lib) -> None:
                                       ctypes.POINTER(ctypes.c_uint), ctypes.POINTER(ctypes.c_int)]
     lib.custub_launch_param.restype = ctypes.POINTER(ctypes.c_ubyte)
     lib.custub_launch_param.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int)]
+    lib.custub_launch_kernel.restype = ctypes.POINTER(ctypes.c_ubyte)
+    lib.custub_launch_kernel.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int),
+                                         ctypes.POINTER(u64)]
     lib.custub_allocation_count.restype = ctypes.c_int
     lib.custub_allocation_get.argtypes = [ctypes.c_int, ctypes.POINTER(u64), ctypes.POINTER(u64)]
 
@@ -258,8 +265,13 @@ def take_launches() -> list:
             size = ctypes.c_int()
             data = lib.custub_launch_param(i, p, ctypes.byref(size))
             params.append(ctypes.string_at(data, size.value))
+        max_dynamic, nonportable, elf_size = ctypes.c_int(), ctypes.c_int(), ctypes.c_uint64()
+        elf = lib.custub_launch_kernel(i, ctypes.byref(max_dynamic), ctypes.byref(nonportable), ctypes.byref(elf_size))
         launches.append(Launch(name.decode(), tuple(dims[0:3]), tuple(dims[3:6]), tuple(dims[6:9]), smem.value,
-                               {ids[a]: values[a] for a in range(nattrs.value)}, tuple(params), stream.value))
+                               {ids[a]: values[a] for a in range(nattrs.value)}, tuple(params), stream.value,
+                               None if max_dynamic.value < 0 else max_dynamic.value,
+                               None if nonportable.value < 0 else nonportable.value,
+                               ctypes.string_at(elf, elf_size.value) if elf else b""))
     lib.custub_launch_clear()
     return launches
 

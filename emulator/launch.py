@@ -1,6 +1,6 @@
 """Launch glue: a recorded launch (driver.py) + the kernel's PTX -> a grid run to completion.
 
-`execute(launch, ptx, memory, ...)` builds the grid the launch describes (grid, block, cluster, dynamic
+`execute(launch, ptx, memory, ...)` refuses a launch beyond the GPU's limits (limits.py), builds the grid the launch describes (grid, block, cluster, dynamic
 shared memory, parameter buffer exactly as the DSL's host code packed it), runs it under the scheduler and
 returns the run's figures. Programs are cached by PTX text, so repeated launches of one kernel parse once.
 """
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from . import isa  # noqa: F401  (registers the instruction handlers)
 from .errors import EmulatorError
+from .limits import check_launch
 from .machine import Grid, LaunchConfig
 from .ptx import parse_module
 from .scheduler import run_grid
@@ -66,6 +67,7 @@ def execute(launch, ptx: str, memory, *, mode: str = "eager", seed: int = 0,
 
     if mode not in ("eager", "adversarial"):
         raise EmulatorError("setup", f"mode {mode!r}: eager or adversarial")
+    check_launch(launch)  # what the impersonated GPU's driver refuses never runs
     program = program_for(ptx, launch.kernel_name)
     kernel = program.kernel
     block = tuple(launch.block)

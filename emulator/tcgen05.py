@@ -7,7 +7,12 @@ below, with where it came from; "NVIDIA's kernel" means dense_blockscaled_gemm_p
 Each entry: the semantic, the function that holds it, where it comes from.
 - Tensor memory: 128 lanes x 512 columns of 32 bits per CTA; address = lane << 16 | column (TensorMemory;
   ISA 9.7.16.2.1). Allocation: a power of two >= 32 columns, the lowest free range; relinquishing the permit
-  forbids later allocations (TensorMemory.alloc; 9.7.16.7.1).
+  forbids later allocations (TensorMemory.alloc; 9.7.16.7.1). With cta_group::2 (PairRendezvous; 9.7.16.5,
+  Table 46: "issue from two warps, one in each of the current CTA and its peer CTA, in order to collectively
+  perform the operation ... the first warp could block until the second warp in the peer CTA also performs
+  it"): alloc, dealloc and relinquish_alloc_permit take place when a warp of each CTA of the pair has issued
+  the same operation; the allocation is the same columns in both CTAs' tensor memory (a cta_group::2 MMA
+  names one accumulator address for both), each warp's CTA gets the address at its own dst.
 - Shared-memory matrix descriptor (SmemDescriptor; 9.7.16.4.1, all in the text): start >> 4 (bits 0-13),
   LBO >> 4 (16-29), SBO >> 4 (32-45), version 1 (46-48), base offset (49-51), LBO mode (52), swizzle (61-63:
   0 none, 1 128 B with 32-B atoms, 2 128 B, 4 64 B, 6 32 B).
@@ -94,14 +99,18 @@ class TensorMemory:
         self.allocations: dict[int, int] = {}  # first column -> columns
         self.relinquished = False
 
-    def alloc(self, ncols: int) -> int:
+    def alloc(self, ncols: int, *, peer: "TensorMemory | None" = None) -> int:
+        """The lowest free range of `ncols` columns (in this and the `peer`'s tensor memory, cta_group::2)."""
         if ncols < 32 or ncols > COLUMNS or ncols & (ncols - 1):
             raise TmemError(f"tcgen05.alloc of {ncols} columns: a power of two from 32 to 512")
-        if self.relinquished:
-            raise TmemError("tcgen05.alloc after tcgen05.relinquish_alloc_permit")
+        memories = (self,) if peer is None else (self, peer)
+        if any(t.relinquished for t in memories):
+            raise TmemError("tcgen05.alloc after tcgen05.relinquish_alloc_permit" +
+                            (" (in a CTA of the pair)" if peer is not None else ""))
         for start in range(0, COLUMNS, ncols):
-            if all(s + n <= start or start + ncols <= s for s, n in self.allocations.items()):
-                self.allocations[start] = ncols
+            if all(s + n <= start or start + ncols <= s for t in memories for s, n in t.allocations.items()):
+                for t in memories:
+                    t.allocations[start] = ncols
                 return start
         raise TmemError(f"tcgen05.alloc of {ncols} columns: only {COLUMNS - sum(self.allocations.values())} "
                         "free (a real B200 would block until another allocation is freed)")
@@ -132,17 +141,52 @@ def split_address(address: int) -> tuple[int, int]:
     return (address >> 16) & 0xFFFF, address & 0xFFFF
 
 
-def allocate(tmem: TensorMemory, ncols: int, cta_group: int, pair) -> int:
-    """tcgen05.alloc: with cta_group::2 one warp of each CTA of the pair allocates; each CTA's tensor
-    memory gets its own allocation (the kernels allocate the same count in both)."""
-    return tmem.alloc(ncols)
-
-
-def deallocate(tmem: TensorMemory, address: int, ncols: int, cta_group: int) -> None:
+def deallocate(tmem: TensorMemory, address: int, ncols: int) -> None:
     lane, column = split_address(address)
     if lane:
         raise TmemError(f"tcgen05.dealloc at lane {lane}: allocations start at lane 0")
     tmem.dealloc(column, ncols)
+
+
+@dataclass
+class PairRequest:
+    """One warp's half of a cta_group::2 allocation-management operation."""
+    operation: str  # 'alloc', 'dealloc' or 'relinquish_alloc_permit'
+    rank: int  # the issuing CTA's rank in the cluster
+    operands: tuple  # alloc: (ncols,); dealloc: (address, ncols); relinquish: ()
+    where: str
+    destination: int = 0  # alloc: the shared address this warp's CTA gets the allocation's address at
+    done: bool = False
+
+    def describe(self) -> str:
+        columns = f" of {self.operands[-1]} columns" if self.operands else ""
+        at = f" at tensor memory address 0x{self.operands[0]:x}" if self.operation == "dealloc" else ""
+        return f"tcgen05.{self.operation}.cta_group::2{columns}{at}"
+
+
+class PairRendezvous:
+    """Where the two warps of a CTA pair meet for a cta_group::2 alloc, dealloc or relinquish_alloc_permit
+    (9.7.16.5 Table 46): the first request waits; the second must be the same operation from the other CTA,
+    and completes both."""
+
+    def __init__(self):
+        self.pending: PairRequest | None = None
+
+    def meet(self, request: PairRequest) -> PairRequest | None:
+        """The peer's waiting request to complete together with `request`, or None: `request` now waits."""
+        first = self.pending
+        if first is None:
+            self.pending = request
+            return None
+        if first.rank == request.rank:
+            raise TmemError(f"{request.describe()} issued twice by CTA rank {request.rank} (also at "
+                            f"{first.where}) before the peer CTA issued it once")
+        if (first.operation, first.operands if first.operation != "dealloc" else first.operands[1:]) != \
+                (request.operation, request.operands if request.operation != "dealloc" else request.operands[1:]):
+            raise TmemError(f"the CTA pair disagrees: CTA rank {first.rank} issued {first.describe()} (at "
+                            f"{first.where}), CTA rank {request.rank} {request.describe()}")
+        self.pending = None
+        return first
 
 
 # --------------------------------------------------------------------------------------------------

@@ -2,12 +2,17 @@
 
     python tools/emulate.py nvidia --mma-tiler 128,128 --cluster 1,1 --mnk 512,384,1024 \\
         [--clusters N] [--mode eager|adversarial] [--seed S] [--ptx-filter CMD]
+    python tools/emulate.py flashinfer --groups G --masked-m 100,37 --nk N,K [--mma-tiler 128,128|256,128] \\
+        [--cluster CM,CN] [--clusters N] [--m-max M] [--masked-m-slack E] [--mode ..] [--seed S] [--ptx-filter CMD]
     python tools/emulate.py submission --config CONFIG --spec "m: [..]; n: [..]; k: [..]; g: G; seed: S" \\
         [--workers W] [--mode eager|adversarial] [--seed S] [--ptx-filter CMD] [--submission FILE]
         [--arch sm_100a|sm_90a]
 
 `nvidia` runs NVIDIA's dense_blockscaled_gemm_persistent.py (torch's copy of the CUTLASS v4.3.5 example) on
-random FP4 data and random e4m3 scales; `submission` runs submission.py's B200 kernel through its real host
+random FP4 data and random e4m3 scales; `flashinfer` runs FlashInfer's masked grouped NVFP4 GEMM (the
+flashinfer-python installed beside this DSL, emulator/flashinfer.py) on G groups of N x K weights with
+masked_m valid rows each (one value: the same for every group), masked_m registered as exactly its G
+elements (--masked-m-slack E: E elements more); `submission` runs submission.py's B200 kernel through its real host
 path (plan, schedule tables, LaunchArgs, CompiledLaunch) on the board's inputs for SPEC, with c poisoned and
 guard rows around each c. `--clusters` / `--workers` set how many clusters (pairs) the persistent grid has.
 `--ptx-filter CMD` pipes the PTX text through the shell command CMD before the emulator reads it.
@@ -59,7 +64,7 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(prog="emulate.py", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in ("nvidia", "submission"):
+    for name in ("nvidia", "flashinfer", "submission"):
         p = sub.add_parser(name)
         p.add_argument("--mode", choices=("eager", "adversarial"), default="eager")
         p.add_argument("--seed", type=int, default=0, help="adversarial order and (nvidia) data seed")
@@ -71,6 +76,19 @@ def parse_args(argv=None):
             p.add_argument("--mnk", type=_pair, default=(512, 384, 1024), metavar="M,N,K")
             p.add_argument("--clusters", type=int, default=None, metavar="N",
                            help="max active clusters (persistent grid size; default: a few, so tiles wrap)")
+        elif name == "flashinfer":
+            p.add_argument("--groups", type=int, required=True, metavar="G")
+            p.add_argument("--masked-m", type=_pair, required=True, metavar="M0,M1,..",
+                           help="valid rows of each group (G values, or one for all)")
+            p.add_argument("--nk", type=_pair, required=True, metavar="N,K")
+            p.add_argument("--mma-tiler", type=_pair, default=(128, 128), metavar="M,N")
+            p.add_argument("--cluster", type=_pair, default=(1, 1), metavar="CM,CN")
+            p.add_argument("--clusters", type=int, default=None, metavar="N",
+                           help="max active clusters (persistent grid size; default 2, so tiles wrap)")
+            p.add_argument("--m-max", type=int, default=None, metavar="M",
+                           help="rows of each group's A and C (default: what the largest group covers + a tile)")
+            p.add_argument("--masked-m-slack", type=int, default=0, metavar="E",
+                           help="elements registered past masked_m's end (0: reading masked_m[G] is an error)")
         else:
             p.add_argument("--config", default="shipped", metavar="TEXT", help="an SM100_CONFIG text")
             p.add_argument("--spec", required=True, action="append", metavar="SPEC",
@@ -117,6 +135,28 @@ def run_nvidia(args, emulator) -> tuple:
     out = example.output().to(torch.float64)
     ref = example.reference().to(torch.float64)
     return _compare([(out, ref, None)]), stats
+
+
+# --------------------------------------------------------------------------------------------------
+# FlashInfer's kernel
+# --------------------------------------------------------------------------------------------------
+
+
+def run_flashinfer(args, emulator) -> tuple:
+    from emulator.flashinfer import FlashInferMasked
+
+    masked_m = args.masked_m * args.groups if len(args.masked_m) == 1 else args.masked_m
+    if len(masked_m) != args.groups:
+        raise ValueError(f"--masked-m has {len(masked_m)} values for --groups {args.groups}")
+    n, k = args.nk
+    case = FlashInferMasked(masked_m, n, k, mma_tiler_mn=tuple(args.mma_tiler), cluster_mn=tuple(args.cluster),
+                            m_max=args.m_max, seed=args.seed, max_active_clusters=args.clusters,
+                            masked_m_slack=args.masked_m_slack)
+    emu = emulator.Emulator(mode=args.mode, seed=args.seed, ptx_filter=args.ptx_filter,
+                            warp_roles=case.warp_roles, **_budget(args))
+    case.register(emu)
+    stats = emulator.combine(emu.call(case.compiled, *case.args))
+    return case.compare(ATOL, RTOL), stats
 
 
 # --------------------------------------------------------------------------------------------------
@@ -373,13 +413,14 @@ def main(argv=None) -> int:
         print(f"ERROR {text if text.startswith('setup: ') else 'setup: ' + text}", flush=True)
         return EXIT["ERROR"]
     try:
-        (word, max_error, message), stats = (run_nvidia if args.command == "nvidia" else run_submission)(args, emulator)
+        run = {"nvidia": run_nvidia, "flashinfer": run_flashinfer, "submission": run_submission}[args.command]
+        (word, max_error, message), stats = run(args, emulator)
     except emulator.HangError as e:
         print(e.report, flush=True)
         return verdict("HANG", f"{e.message} seconds={time.perf_counter() - start:.1f}")
     except emulator.EmulatorError as e:
         return verdict("ERROR", f"{e} seconds={time.perf_counter() - start:.1f}")
-    except FileNotFoundError as e:  # NVIDIA's example (emulator/nvidia.py says where it is looked for)
+    except (FileNotFoundError, ImportError) as e:  # NVIDIA's example not found (emulator/nvidia.py says where it is looked for), flashinfer-python not installed
         return verdict("ERROR", f"setup: {e}")
     except ValueError as e:  # a configuration text or spec that does not parse, a shape the kernel refuses
         print(f"emulate.py: {e}", flush=True)

@@ -7,7 +7,8 @@
  * clocks, memory, L2, shared memory; the SM count alone with custub_set_sm_count). Device memory is host
  * memory. A launch is not executed: it is queued, with its configuration, attributes and a copy of its
  * parameter bytes (laid out from the cubin's .nv.info EIATTR_KPARAM_INFO), for emulator/driver.py to take
- * (custub_launch_count / custub_launch_get / custub_launch_param / custub_launch_clear).
+ * (custub_launch_count / custub_launch_get / custub_launch_param / custub_launch_clear), with what the launch
+ * checks of emulator/limits.py need (custub_launch_kernel: the kernel's attributes as set, its cubin ELF).
  * CUSTUB_LOG=1 logs every call on stderr.
  */
 #define _GNU_SOURCE
@@ -194,9 +195,12 @@ static const unsigned char *find_elf(const unsigned char *img, size_t n) {
 }
 static size_t image_size(const unsigned char *img) {
   if (*(const uint32_t *)img == 0xBA55ED50u) return 16 + *(const u64 *)(img + 8); /* fatbin header */
-  if (!memcmp(img, "\x7f" "ELF", 4)) {                                            /* ELF: end of section headers */
-    u64 shoff = *(const u64 *)(img + 0x28); uint16_t shentsize = *(const uint16_t *)(img + 0x3a), shnum = *(const uint16_t *)(img + 0x3c);
-    return shoff + (u64)shentsize * shnum;
+  if (!memcmp(img, "\x7f" "ELF", 4)) {                  /* ELF: the end of its section or program headers */
+    u64 shoff = *(const u64 *)(img + 0x28), phoff = *(const u64 *)(img + 0x20);
+    uint16_t phentsize = *(const uint16_t *)(img + 0x36), phnum = *(const uint16_t *)(img + 0x38);
+    uint16_t shentsize = *(const uint16_t *)(img + 0x3a), shnum = *(const uint16_t *)(img + 0x3c);
+    u64 sections = shoff + (u64)shentsize * shnum, programs = phoff + (u64)phentsize * phnum;
+    return sections > programs ? sections : programs;
   }
   return strlen((const char *)img) + 1;                                            /* PTX text */
 }
@@ -252,6 +256,7 @@ static struct stub_kernel *get_kernel(struct stub_library *l, const char *name) 
   struct stub_kernel *k = calloc(1, sizeof *k);
   k->name = strdup(name);
   k->elf = l->elf;
+  k->attr_max_dyn_smem = k->attr_cluster_nonportable = -1;
   parse_params(k);
   return k;
 }
@@ -377,6 +382,13 @@ const unsigned char *custub_launch_param(int i, int p, int *size) {
   struct stub_launch *l = &launches[i];
   *size = l->kernel->size[p];
   return l->params + l->kernel->off[p];
+}
+/* The launched kernel's attributes as the host code set them (-1: never set) and its cubin (ELF) image. */
+const unsigned char *custub_launch_kernel(int i, int *max_dynamic_shared, int *cluster_nonportable, u64 *elf_size) {
+  struct stub_kernel *k = launches[i].kernel;
+  *max_dynamic_shared = k->attr_max_dyn_smem; *cluster_nonportable = k->attr_cluster_nonportable;
+  *elf_size = k->elf ? image_size(k->elf) : 0;
+  return k->elf;
 }
 void custub_launch_clear(void) {
   for (int i = 0; i < nqueued; i++) free(launches[i].params);

@@ -30,6 +30,7 @@ import numpy as np
 from .. import tcgen05
 from ..async_ops import AsyncOp, issue
 from ..errors import EmulatorError
+from ..machine import Wait
 from ..memory import split_shared
 from ..warp import LANES, instruction
 from .memory_ops import address_reader
@@ -90,40 +91,120 @@ def _smem_reader(cta):
 # --------------------------------------------------------------------------------------------------
 
 
+class PairWait(Wait):
+    """A warp whose cta_group::2 allocation operation waits for the peer CTA's warp (9.7.16.5)."""
+
+    def __init__(self, request, peer_rank: int):
+        self.request = request
+        self.peer_rank = peer_rank
+
+    def ready(self) -> bool:
+        return self.request.done
+
+    def describe(self) -> str:
+        return (f"{self.request.describe()}: waiting for a warp of the peer CTA (rank {self.peer_rank}) to issue "
+                "it too (both CTAs of the pair take part)")
+
+
+def _rendezvous(cta) -> "tcgen05.PairRendezvous":
+    """The pair's meeting point, kept by the pair's even-ranked CTA."""
+    even = cta.cluster.cta(cta.rank & ~1, "")
+    if not hasattr(even, "tmem_pair"):
+        even.tmem_pair = tcgen05.PairRendezvous()
+    return even.tmem_pair
+
+
+def _pair_operation(w, operation: str, operands: tuple, complete, destination: int = 0):
+    """Issue this warp's half of a cta_group::2 operation: wait for the peer's, or complete both with
+    complete(first, second) (PairRequest each, the peer's first)."""
+    peer = _pair(w, 2)[1 - (w.cta.rank & 1)]
+    if all(p.done for p in peer.warps):
+        raise EmulatorError("tmem", f"tcgen05.{operation}.cta_group::2 after the peer CTA (rank {peer.rank}) exited "
+                            "(the ISA requires it active)")
+    request = tcgen05.PairRequest(operation, w.cta.rank, operands, w.where(), destination)
+    first = _rendezvous(w.cta).meet(request)
+    if first is None:
+        return ("wait", PairWait(request, peer.rank))
+    complete(first, request)
+    first.done = request.done = True
+    w.cta.grid.progress += 1
+    return None
+
+
 @instruction("tcgen05.alloc")
 def _alloc(instr, program):
+    """tcgen05.alloc.cta_group.sync.aligned.shared::cta.b32 [dst], ncols (9.7.16.7.1): the address of the
+    allocation to shared memory at dst. cta_group::2: both CTAs of the pair, the same columns in each."""
     dst = address_reader(program, instr.operands[0])
     ncols = program.reader(instr.operands[1], "u32")
     cta_group = _cta_group(instr)
 
-    def handler(w, mask):
-        n = int(ncols(w)[0])
-        column = tcgen05.allocate(w.cta.tmem, n, cta_group, [c.tmem for c in _pair(w, cta_group)])
-        rank, offset = split_shared(int(dst(w)[0]))
-        if rank != w.cta.rank:
+    def write_address(cta, address: int, column: int):
+        rank, offset = split_shared(address)
+        if rank != cta.rank:
             raise EmulatorError("shared-bounds", "tcgen05.alloc writes its address to another CTA's memory")
-        w.cta.shared.write(offset, np.array([column], np.uint32))
-        w.cta.grid.progress += 1
+        cta.shared.write(offset, np.array([column], np.uint32))
+
+    def handler(w, mask):
+        n, address = int(ncols(w)[0]), int(dst(w)[0])
+        if cta_group == 1:
+            write_address(w.cta, address, w.cta.tmem.alloc(n))
+            w.cta.grid.progress += 1
+            return None
+
+        def complete(first, second):
+            ctas = {c.rank: c for c in _pair(w, 2)}
+            column = ctas[first.rank].tmem.alloc(n, peer=ctas[second.rank].tmem)
+            for request in (first, second):
+                write_address(ctas[request.rank], request.destination, column)
+
+        return _pair_operation(w, "alloc", (n,), complete, destination=address)
 
     return handler
 
 
 @instruction("tcgen05.dealloc")
 def _dealloc(instr, program):
+    """tcgen05.dealloc.cta_group.sync.aligned.b32 taddr, ncols (9.7.16.7.1); cta_group::2: in both CTAs."""
     taddr = program.reader(instr.operands[0], "u32")
     ncols = program.reader(instr.operands[1], "u32")
     cta_group = _cta_group(instr)
 
     def handler(w, mask):
-        tcgen05.deallocate(w.cta.tmem, int(taddr(w)[0]), int(ncols(w)[0]), cta_group)
-        w.cta.grid.progress += 1
+        address, n = int(taddr(w)[0]), int(ncols(w)[0])
+        if cta_group == 1:
+            tcgen05.deallocate(w.cta.tmem, address, n)
+            w.cta.grid.progress += 1
+            return None
+
+        def complete(first, second):
+            ctas = {c.rank: c for c in _pair(w, 2)}
+            for request in (first, second):
+                tcgen05.deallocate(ctas[request.rank].tmem, *request.operands)
+
+        return _pair_operation(w, "dealloc", (address, n), complete)
 
     return handler
 
 
 @instruction("tcgen05.relinquish_alloc_permit")
 def _relinquish(instr, program):
-    return lambda w, mask: w.cta.tmem.relinquish()
+    """tcgen05.relinquish_alloc_permit.cta_group.sync.aligned (9.7.16.7.1): no later tcgen05.alloc in the
+    CTA; cta_group::2: in both CTAs of the pair, once both have issued it."""
+    cta_group = _cta_group(instr)
+
+    def handler(w, mask):
+        if cta_group == 1:
+            w.cta.tmem.relinquish()
+            return None
+
+        def complete(first, second):
+            for cta in _pair(w, 2):
+                cta.tmem.relinquish()
+
+        return _pair_operation(w, "relinquish_alloc_permit", (), complete)
+
+    return handler
 
 
 # --------------------------------------------------------------------------------------------------
