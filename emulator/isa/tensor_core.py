@@ -61,10 +61,25 @@ def _enqueue(w, operation) -> None:
     """An asynchronous tensor-core operation of this CTA's pipe: now (eager) or at its commit."""
     queue = _queue(w.cta)
     w.cta.tensor_issued += 1
+    trace = w.cta.grid.trace
+    if trace is not None:
+        operation = _traced(trace, trace.issue(w, ("tensor pipe", w.cta), f"tensor pipe of {w.cta.label}"),
+                            operation)
     if w.cta.grid.mode == "eager":
         operation()
     else:
         queue.append((w.cta.tensor_issued, operation))
+
+
+def _traced(trace, access, operation):
+    """`operation` run as the race detector's `access` (its memory accesses are the tensor pipe's)."""
+
+    def run():
+        trace.begin(access)
+        operation()
+        trace.end()
+
+    return run
 
 
 def _execute_through(cta, sequence: int) -> None:
@@ -80,6 +95,8 @@ def _single_lanes(mask):
 def _smem_reader(cta):
     def read(address: int, nbytes: int) -> np.ndarray:
         rank, offset = split_shared(address)
+        if cta.grid.trace is not None:
+            cta.grid.trace.shared_range(cta.shared, offset, nbytes, False)
         return cta.shared.read(offset, nbytes)
 
     return read
@@ -103,6 +120,8 @@ def _alloc(instr, program):
         if rank != w.cta.rank:
             raise EmulatorError("shared-bounds", "tcgen05.alloc writes its address to another CTA's memory")
         w.cta.shared.write(offset, np.array([column], np.uint32))
+        if w.cta.grid.trace is not None:
+            w.cta.grid.trace.shared(w, w.cta.shared, [offset], 4, True)
         w.cta.grid.progress += 1
 
     return handler
@@ -115,7 +134,12 @@ def _dealloc(instr, program):
     cta_group = _cta_group(instr)
 
     def handler(w, mask):
+        trace = w.cta.grid.trace
+        if trace is not None:
+            trace.begin(trace.warp_access(w))
         tcgen05.deallocate(w.cta.tmem, int(taddr(w)[0]), int(ncols(w)[0]), cta_group)
+        if trace is not None:
+            trace.end()
         w.cta.grid.progress += 1
 
     return handler
@@ -232,9 +256,13 @@ def _commit(instr, program):
             def deliver(cta=cta, sequence=sequence, barriers=barriers):
                 _execute_through(cta, sequence)
                 for barrier in barriers:
+                    if cta.grid.trace is not None:
+                        cta.grid.trace.signal(barrier)
                     barrier.arrive(cta.grid, 1)
 
-            issue(w.cta.grid, AsyncOp(deliver, barriers, where))
+            trace = w.cta.grid.trace
+            agent = None if trace is None else trace.issue(w, ("tensor pipe", w.cta), f"tensor pipe of {w.cta.label}")
+            issue(w.cta.grid, AsyncOp(deliver, barriers, where, agent))
 
     return handler
 
@@ -261,7 +289,12 @@ def _ld(instr, program):
         address = int(t[np.flatnonzero(mask)[0]])
         if (t[mask] != address).any():
             raise EmulatorError("tmem", "tcgen05.ld: the lanes give different tensor memory addresses")
+        trace = w.cta.grid.trace
+        if trace is not None:
+            trace.begin(trace.warp_access(w))
         values = tcgen05.tcgen05_ld(w.cta.tmem, address, shape, num, w.warp_id % 4)
+        if trace is not None:
+            trace.end()
         if values.shape != (LANES, len(writers)):
             raise EmulatorError("tmem", f"tcgen05.ld {shape}.x{num} yields {values.shape[1]} registers per "
                                 f"thread, the instruction names {len(writers)}")
@@ -314,6 +347,8 @@ def _stmatrix(instr, program):
         if (offsets % 2).any():
             raise EmulatorError("misaligned", "stmatrix row address not 2-B aligned")
         w.cta.shared.check(int(offsets.min()), int(offsets.max() - offsets.min()) + 2, "stmatrix")
+        if w.cta.grid.trace is not None:
+            w.cta.grid.trace.shared(w, w.cta.shared, offsets, 2, True)
         w.cta.shared.data[offsets] = (values & 0xFF).astype(np.uint8)
         w.cta.shared.data[offsets + 1] = (values >> 8).astype(np.uint8)
 
