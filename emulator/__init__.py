@@ -28,6 +28,7 @@ The parts, laid out like the machine (STYLE.md section 4):
 | wgmma.py | sm_90a's warpgroup MMA: matrix descriptors, register fragment layouts, f16 MMA arithmetic |
 | driver.py, driver/ | the stub CUDA driver (answering as a B200 or an H200) and the DSL runtime shim (C), built on first use |
 | launch.py | a recorded launch + PTX -> a grid run to completion |
+| happens_before.py | race detection (`races=True`): vector clocks over warps and asynchronous units, proxies |
 
 What it models, what it does not, and where NVIDIA's kernel settled what the ISA's text leaves open: see
 DESIGN.md beside this file.
@@ -36,6 +37,7 @@ DESIGN.md beside this file.
 from __future__ import annotations
 
 from .errors import EmulatorError, HangError, UnimplementedInstruction  # noqa: F401
+from .happens_before import RaceError  # noqa: F401
 from .launch import DEFAULT_STEP_BUDGET, RunStats, execute, filter_ptx
 from .memory import GlobalMemory
 
@@ -43,11 +45,14 @@ from .memory import GlobalMemory
 class Emulator:
     """Runs the launches a DSL call makes. `mode`: 'eager' or 'adversarial'; `seed` fixes the adversarial
     order; `ptx_filter` is a shell command the PTX text is piped through first (planted defects);
-    `warp_roles` ({warp index: name}) and `barrier_names` ({shared offset: name}) label hang reports."""
+    `warp_roles` ({warp index: name}) and `barrier_names` ({shared offset: name}) label hang reports;
+    `races` turns on happens-before race detection (happens_before.py): an unordered pair of conflicting
+    accesses raises a RaceError (an EmulatorError of kind "race") naming both PTX lines."""
 
     def __init__(self, *, mode: str = "eager", seed: int = 0, ptx_filter: str | None = None,
-                 step_budget: int = DEFAULT_STEP_BUDGET, warp_roles=None, barrier_names=None):
+                 step_budget: int = DEFAULT_STEP_BUDGET, warp_roles=None, barrier_names=None, races: bool = False):
         self.mode = mode
+        self.races = races
         self.seed = seed
         self.ptx_filter = ptx_filter
         self.step_budget = step_budget
@@ -79,7 +84,7 @@ class Emulator:
             ptx = filter_ptx(driver.kernel_ptx(compiled, launch.kernel_name), self.ptx_filter)
             stats.append(execute(launch, ptx, self.memory, mode=self.mode, seed=self.seed,
                                  step_budget=self.step_budget, barrier_names=self.barrier_names,
-                                 warp_roles=self.warp_roles))
+                                 warp_roles=self.warp_roles, races=self.races))
         return stats
 
     def call(self, compiled, *args) -> list:

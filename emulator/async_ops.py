@@ -22,12 +22,14 @@ from __future__ import annotations
 
 class AsyncOp:
     """One asynchronous operation: `deliver()` performs it (memory effects, then barrier signals).
-    `barriers` are the mbarriers it signals, `issuer` the PTX line and warp that issued it."""
+    `barriers` are the mbarriers it signals, `issuer` the PTX line and warp that issued it, `agent` the race
+    detector's record of who performs it (happens_before.Access; None when detection is off)."""
 
-    def __init__(self, deliver, barriers=(), issuer: str = ""):
+    def __init__(self, deliver, barriers=(), issuer: str = "", agent=None):
         self._deliver = deliver
         self.barriers = tuple(barriers)
         self.issuer = issuer
+        self.agent = agent
         self.delivered = False
 
     def deliver(self, grid) -> None:
@@ -35,7 +37,12 @@ class AsyncOp:
             return
         self.delivered = True
         grid.progress += 1
+        if self.agent is None:
+            self._deliver()
+            return
+        grid.trace.begin(self.agent)
         self._deliver()
+        grid.trace.end()
 
 
 def issue(grid, op: AsyncOp) -> None:

@@ -61,8 +61,9 @@ def program_for(ptx: str, kernel_name: str) -> Program:
 
 
 def execute(launch, ptx: str, memory, *, mode: str = "eager", seed: int = 0,
-            step_budget: int = DEFAULT_STEP_BUDGET, barrier_names=None, warp_roles=None) -> RunStats:
-    """Run one recorded launch to completion. `memory` is the GlobalMemory of the registered regions."""
+            step_budget: int = DEFAULT_STEP_BUDGET, barrier_names=None, warp_roles=None, races: bool = False) -> RunStats:
+    """Run one recorded launch to completion. `memory` is the GlobalMemory of the registered regions; with
+    `races`, every conflicting pair of accesses must be ordered (happens_before.py: a RaceError otherwise)."""
     from .warp import Warp
 
     if mode not in ("eager", "adversarial"):
@@ -78,7 +79,7 @@ def execute(launch, ptx: str, memory, *, mode: str = "eager", seed: int = 0,
                           dict(launch.attributes))
     start = time.perf_counter()
     grid = Grid(kernel, program, config, tuple(launch.params), memory, mode=mode, seed=seed,
-                barrier_names=barrier_names, warp_roles=warp_roles)
+                barrier_names=barrier_names, warp_roles=warp_roles, races=races)
     warps = []
     for cta in grid.ctas:
         cta.warps = [Warp(cta, i, program) for i in range((threads + 31) // 32)]

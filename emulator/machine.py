@@ -36,6 +36,8 @@ class MBarrier:
             self.phase += 1
             self.pending = self.expected
             machine.progress += 1
+            if machine.trace is not None:
+                machine.trace.phase_complete(self)
 
     def arrive(self, machine, count: int = 1) -> int:
         """Returns the phase the arrival belongs to (the state token of `mbarrier.arrive`)."""
@@ -93,6 +95,8 @@ class ClusterBarrier:
         live = [w for cta in self.cluster.ctas for w in cta.warps if not w.done]
         if self.arrived and all(w in self.arrived for w in live):
             self.arrived.clear()
+            if grid.trace is not None:
+                grid.trace.cluster_complete(self, self.generation)
             self.generation += 1
             grid.progress += 1
             return True
@@ -193,6 +197,7 @@ class Cta:
             from .tcgen05 import TensorMemory
 
             self._tmem = TensorMemory()
+            self._tmem.trace = self.grid.trace
         return self._tmem
 
     @property
@@ -222,10 +227,10 @@ class Cluster:
 
 class Grid:
     """The launched grid and everything shared across it: global memory, parameters, the asynchronous
-    work not yet delivered, the options of this run."""
+    work not yet delivered, the options of this run, and `trace`, the race detector or None."""
 
     def __init__(self, kernel, program, config: LaunchConfig, params: tuple, global_memory: GlobalMemory,
-                 *, mode: str, seed: int, barrier_names=None, warp_roles=None):
+                 *, mode: str, seed: int, barrier_names=None, warp_roles=None, races: bool = False):
         self.kernel = kernel
         self.program = program
         self.config = config
@@ -238,6 +243,12 @@ class Grid:
         self.progress = 0  # bumped by every synchronization event: lets the scheduler tell a hang
         self.instructions = 0
         self.pending = []  # asynchronous operations not yet delivered (see async_ops.py)
+        # the race detector (happens_before.py) the core reports events to, None when detection is off
+        self.trace = None
+        if races:
+            from .happens_before import HappensBefore
+
+            self.trace = HappensBefore(self)
         self.clusters: list[Cluster] = []
         self.ctas: list[Cta] = []
         gx, gy, gz = config.grid

@@ -92,7 +92,10 @@ class TmemError(EmulatorError):
 
 
 class TensorMemory:
-    """One CTA's tensor memory (9.7.16.2.1) and its allocations (9.7.16.7.1)."""
+    """One CTA's tensor memory (9.7.16.2.1) and its allocations (9.7.16.7.1). `trace` is the race detector
+    (happens_before.py) the cell accesses below are reported to, None when detection is off."""
+
+    trace = None
 
     def __init__(self):
         self.cells = np.zeros((LANES, COLUMNS), np.uint32)
@@ -145,6 +148,8 @@ def deallocate(tmem: TensorMemory, address: int, ncols: int) -> None:
     lane, column = split_address(address)
     if lane:
         raise TmemError(f"tcgen05.dealloc at lane {lane}: allocations start at lane 0")
+    if tmem.trace is not None:  # freeing cells conflicts with every access to them, like a write
+        tmem.trace.tmem(tmem, 0, LANES, column, ncols, True)
     tmem.dealloc(column, ncols)
 
 
@@ -156,6 +161,7 @@ class PairRequest:
     operands: tuple  # alloc: (ncols,); dealloc: (address, ncols); relinquish: ()
     where: str
     destination: int = 0  # alloc: the shared address this warp's CTA gets the allocation's address at
+    issuer: object = None  # the issuing warp (race detection attributes its CTA's half to it)
     done: bool = False
 
     def describe(self) -> str:
@@ -283,6 +289,8 @@ def scale_factors(tmem: TensorMemory, address: int, rows: int, per_row: int, sf_
     if sf_id + per_row > 4:
         raise EmulatorError("tmem", f"{what} scale factor id {sf_id} with {per_row} scales per row")
     ncols = -(-rows // 32)
+    if tmem.trace is not None:  # before the check: a use after another agent's dealloc is a race first
+        tmem.trace.tmem(tmem, lane, 32, column, ncols, False)
     tmem.check(column, ncols, f"{what} scale factors")
     r = np.arange(rows)
     cells = tmem.cells[lane + r % 32, column + r // 32]
@@ -322,6 +330,8 @@ def mma_block_scaled_instruction(*, kind: str, scale_vec: str | None, cta_group:
         a = fp4_e2m1_decode(_gather(reader, smem_matrix_addresses(a_descriptor, m_cta, 32)))
         sfa = scale_table[scale_factors(tmem, sfa_tmem, m_cta, per_row, d.a_sf_id, "A")]
         a_scaled = a * np.repeat(sfa, vec, axis=1) * (-1.0 if d.negate_a else 1.0)
+        if tmem.trace is not None:
+            tmem.trace.tmem(tmem, 0, m_cta, d_column, n, True)
         tmem.check(d_column, n, "the MMA accumulator")
         if d_lane:
             raise EmulatorError("tmem", f"MMA accumulator at lane {d_lane}: M = 128 per CTA starts at lane 0")
@@ -349,6 +359,8 @@ def tcgen05_cp(tmem: TensorMemory, address: int, read_smem, desc: int, shape: st
     lane, column = split_address(address)
     if lane:
         raise EmulatorError("tmem", f"tcgen05.cp 32x128b.warpx4 at lane {lane}: it fills all 128 lanes")
+    if tmem.trace is not None:
+        tmem.trace.tmem(tmem, 0, LANES, column, 4, True)
     tmem.check(column, 4, "tcgen05.cp")
     descriptor = SmemDescriptor.decode(desc)
     rows = _gather(read_smem, smem_matrix_addresses(descriptor, 32, 16))  # (32, 16) bytes
@@ -384,6 +396,8 @@ def tcgen05_ld(tmem: TensorMemory, address: int, shape: str, num: int, warp_quar
     if not (first <= span[0] and span[0] + span[1] <= first + 32):
         raise EmulatorError("tmem", f"tcgen05.ld.{shape} at lane {lane} from warp {warp_quarter} (mod 4): a warp "
                             f"may access lanes {first}..{first + 31} only")
+    if tmem.trace is not None:
+        tmem.trace.tmem(tmem, span[0], span[1], int(columns.min()), int(columns.max() - columns.min() + 1), False)
     tmem.check(int(columns.min()), int(columns.max() - columns.min() + 1), f"tcgen05.ld.{shape}.x{num}")
     return tmem.cells[lanes, columns]
 

@@ -51,8 +51,9 @@ def emulate(*args: str, timeout: int = 300):
 @pytest.mark.parametrize("mode", ["eager", pytest.param("adversarial", marks=pytest.mark.long)])
 @pytest.mark.parametrize("form", list(FORMS))
 def test_nvidia_kernel_matches_the_exact_reference(form, mode):
-    rc, verdict, out, seconds = emulate(*FORMS[form], "--mode", mode, "--seed", "5")
-    assert rc == 0 and verdict.startswith("PASS"), out[-3000:]
+    """With race detection on (test_emulator_races.py): the known-good kernel has no unordered access."""
+    rc, verdict, out, seconds = emulate(*FORMS[form], "--mode", mode, "--seed", "5", "--races")
+    assert rc == 0 and verdict.startswith("PASS") and "races=0" in verdict, out[-3000:]
     # the verdict's figure is the relative one the check uses (issue 26, item 9)
     assert float(verdict.split("error/tol=")[1].split()[0]) <= 1.0, verdict
     assert seconds < CASE_SECONDS, f"{form} {mode}: {seconds:.0f} s"
@@ -65,9 +66,11 @@ def test_wrong_expect_tx_is_a_hang_naming_the_barrier():
 
 
 @pytest.mark.parametrize("seed", [1, pytest.param(2, marks=pytest.mark.long)])
-def test_missing_full_barrier_wait_is_caught_in_adversarial_mode(seed):
+def test_missing_empty_barrier_wait_is_caught_in_adversarial_mode(seed):
+    """The TMA producer never waits for a stage to be empty (the MMA warp's full-barrier wait is
+    test_emulator_races.py's)."""
     rc, verdict, out, _ = emulate(*FORMS["1cta"], "--mode", "adversarial", "--seed", str(seed),
-                                  "--ptx-filter", f"{sys.executable} {DEFECTS} no-full-wait")
+                                  "--ptx-filter", f"{sys.executable} {DEFECTS} no-empty-wait")
     assert rc != 0 and verdict.split()[0] in ("FAIL", "ERROR", "HANG"), out[-3000:]
 
 

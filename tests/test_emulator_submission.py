@@ -47,7 +47,7 @@ JOB_POLICIES = ["tiles", "weight_blocks", "hybrid"]
 
 def emulate(config: str, specs, *, mode: str = "eager", seed: int = 0, workers=2, timeout: int = 900):
     args = [sys.executable, str(ROOT / "tools" / "emulate.py"), "submission", "--config", config,
-            "--mode", mode, "--seed", str(seed)]
+            "--mode", mode, "--seed", str(seed), "--races"]  # race detection on (test_emulator_races.py)
     if workers is not None:
         args += ["--workers", str(workers)]
     for spec in specs:
@@ -64,7 +64,7 @@ def assert_all_pass(config, specs, **kwargs):
     rc, verdict, out = emulate(config, specs, **kwargs)
     assert rc == 0 and verdict.startswith("PASS"), out[-4000:]
     cases = [line for line in out.splitlines() if line.startswith("case ")]
-    assert len(cases) == len(specs) and all(": PASS " in line for line in cases), out[-4000:]
+    assert len(cases) == len(specs) and all(": PASS " in line and "races=0" in line for line in cases), out[-4000:]
 
 
 @pytest.mark.parametrize("config, mode, seed", [("shipped", "eager", 0),

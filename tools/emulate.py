@@ -1,11 +1,11 @@
 """Run an sm_100a (or sm_90a) kernel on this CPU, in the emulator, and check it against the exact reference.
 
     python tools/emulate.py nvidia --mma-tiler 128,128 --cluster 1,1 --mnk 512,384,1024 \\
-        [--clusters N] [--mode eager|adversarial] [--seed S] [--ptx-filter CMD]
+        [--clusters N] [--mode eager|adversarial] [--seed S] [--ptx-filter CMD] [--races]
     python tools/emulate.py flashinfer --groups G --masked-m 100,37 --nk N,K [--mma-tiler 128,128|256,128] \\
         [--cluster CM,CN] [--clusters N] [--m-max M] [--masked-m-slack E] [--mode ..] [--seed S] [--ptx-filter CMD]
     python tools/emulate.py submission --config CONFIG --spec "m: [..]; n: [..]; k: [..]; g: G; seed: S" \\
-        [--workers W] [--mode eager|adversarial] [--seed S] [--ptx-filter CMD] [--submission FILE]
+        [--workers W] [--mode eager|adversarial] [--seed S] [--ptx-filter CMD] [--submission FILE] [--races]
         [--arch sm_100a|sm_90a]
 
 `nvidia` runs NVIDIA's dense_blockscaled_gemm_persistent.py (torch's copy of the CUTLASS v4.3.5 example) on
@@ -22,14 +22,20 @@ Of `--config`, the Hopper kernel has `pdl` (its GEMM launched with PDL on the to
 (its schedule's job policy, sm90_kernel.SCHEDULE; named explicitly, else its own "tiles"); a text that
 changes any other field is refused. `--workers` is then the SM count its schedule spreads tiles over.
 
+`--races` turns on happens-before race detection (emulator/happens_before.py): two conflicting accesses
+(shared, tensor or global memory; by warps or by the TMA and tensor-core units acting for them) that no
+synchronization orders, whatever interleaving ran, end the run with RACE naming both PTX lines; a PASS
+then says races=0.
+
 The last line is the verdict, then the figures: PASS, FAIL (an output beyond |out - ref| <= 1e-3 + 1e-3 |ref|),
-OUTSIDE (a cell outside a group's M x N was written), HANG (every warp blocked: the report precedes it), or
+OUTSIDE (a cell outside a group's M x N was written), HANG (every warp blocked: the report precedes it),
 ERROR (the emulator caught a defect, e.g. an out-of-bounds access: the PTX line is named; or its set-up
-failed). The figures: error/tol, the worst |out - ref| / (1e-3 + 1e-3 |ref|) (PASS needs <= 1), and
-max_abs_error, the worst |out - ref| (outputs reach the hundreds, so it may exceed 1e-3 on a PASS).
-Exit status 0 only for PASS; FAIL 1, OUTSIDE 2, HANG 3, ERROR 4; a bad command line 2 (argparse: a missing
-or malformed option) or 5 (a configuration text, spec or shape that does not parse or that the kernel refuses,
-a --submission without a B200 kernel).
+failed), or RACE (with --races: an unordered pair of accesses). The figures: error/tol, the worst
+|out - ref| / (1e-3 + 1e-3 |ref|) (PASS needs <= 1), and max_abs_error, the worst |out - ref| (outputs
+reach the hundreds, so it may exceed 1e-3 on a PASS).
+Exit status 0 only for PASS; FAIL 1, OUTSIDE 2, HANG 3, ERROR 4, RACE 6; a bad command line 2 (argparse: a
+missing or malformed option) or 5 (a configuration text, spec or shape that does not parse or that the
+kernel refuses, a --submission without a B200 kernel).
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-EXIT = {"PASS": 0, "FAIL": 1, "OUTSIDE": 2, "HANG": 3, "ERROR": 4}
+EXIT = {"PASS": 0, "FAIL": 1, "OUTSIDE": 2, "HANG": 3, "ERROR": 4, "RACE": 6}
 ARCH_GPU = {"sm_100a": "B200", "sm_90a": "H200"}  # --arch -> the GPU the stub driver answers as
 ATOL = RTOL = 1e-3  # the board's check
 GUARD_ROWS = 2  # poisoned rows before and after each c
@@ -70,6 +76,8 @@ def parse_args(argv=None):
         p.add_argument("--seed", type=int, default=0, help="adversarial order and (nvidia) data seed")
         p.add_argument("--ptx-filter", metavar="CMD", help="shell command the PTX text is piped through")
         p.add_argument("--step-budget", type=int, default=None, metavar="N", help="warp instructions before a HANG")
+        p.add_argument("--races", action="store_true",
+                       help="happens-before race detection: an unordered pair of accesses is a RACE (exit 6)")
         if name == "nvidia":
             p.add_argument("--mma-tiler", type=_pair, default=(128, 128), metavar="M,N")
             p.add_argument("--cluster", type=_pair, default=(1, 1), metavar="CM,CN")
@@ -107,12 +115,12 @@ def verdict(word: str, figures: str) -> int:
     return EXIT[word]
 
 
-def figures(errors, stats, seconds) -> str:
+def figures(errors, stats, seconds, races: bool = False) -> str:
     """`errors`: (worst error / tolerance, worst absolute error), or None where no output was compared."""
     rate = stats.instructions / stats.seconds if stats.seconds else 0.0  # emulation only, not compiling
     err = "error/tol=n/a" if errors is None else f"error/tol={errors[0]:.3g} max_abs_error={errors[1]:.3g}"
     return (f"{err} instructions={stats.instructions} seconds={seconds:.1f} "
-            f"rate={rate / 1e3:.0f}k_instr/s ctas={stats.ctas}")
+            f"rate={rate / 1e3:.0f}k_instr/s ctas={stats.ctas}" + (" races=0" if races else ""))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -129,7 +137,7 @@ def run_nvidia(args, emulator) -> tuple:
     example = NvidiaExample(tuple(args.mma_tiler), tuple(args.cluster), m, n, k, seed=args.seed,
                             max_active_clusters=args.clusters)
     emu = emulator.Emulator(mode=args.mode, seed=args.seed, ptx_filter=args.ptx_filter,
-                            warp_roles=example.warp_roles, **_budget(args))
+                            warp_roles=example.warp_roles, races=args.races, **_budget(args))
     emu.register(*example.tensors)
     stats = emulator.combine(emu.call(example.compiled, *example.args))
     out = example.output().to(torch.float64)
@@ -153,7 +161,7 @@ def run_flashinfer(args, emulator) -> tuple:
                             m_max=args.m_max, seed=args.seed, max_active_clusters=args.clusters,
                             masked_m_slack=args.masked_m_slack)
     emu = emulator.Emulator(mode=args.mode, seed=args.seed, ptx_filter=args.ptx_filter,
-                            warp_roles=case.warp_roles, **_budget(args))
+                            warp_roles=case.warp_roles, races=args.races, **_budget(args))
     case.register(emu)
     stats = emulator.combine(emu.call(case.compiled, *case.args))
     return case.compare(ATOL, RTOL), stats
@@ -293,10 +301,12 @@ def run_submission(args, emulator) -> tuple:
         except emulator.HangError as e:
             print(e.report, flush=True)
             word, max_error, message, stats = "HANG", None, e.message, None
+        except emulator.RaceError as e:
+            word, max_error, message, stats = "RACE", None, str(e), None
         except emulator.EmulatorError as e:
             word, max_error, message, stats = "ERROR", None, str(e), None
         results.append((word, max_error, message, stats))
-        text = figures(max_error, stats, time.perf_counter() - start) if stats else message
+        text = figures(max_error, stats, time.perf_counter() - start, args.races) if stats else message
         print(f"case {spec!r} {args.config} {args.mode} seed {args.seed}: {word} {text}", flush=True)
         if message and stats:
             print(f"  {message}", flush=True)
@@ -352,7 +362,7 @@ def run_submission_case(S, spec: str, args, emulator) -> tuple:
 
     data, guards = board_inputs(spec)
     emu = emulator.Emulator(mode=args.mode, seed=args.seed, ptx_filter=args.ptx_filter,
-                            warp_roles=submission_roles(S), **_budget(args))
+                            warp_roles=submission_roles(S), races=args.races, **_budget(args))
     outputs, stats = emulated_call(S, data, guards, emu)
     # the kernel's results, copied before the reference runs: ref_kernel writes into the same c tensors
     results = [out.to(torch.float64) for out in outputs]
@@ -418,6 +428,8 @@ def main(argv=None) -> int:
     except emulator.HangError as e:
         print(e.report, flush=True)
         return verdict("HANG", f"{e.message} seconds={time.perf_counter() - start:.1f}")
+    except emulator.RaceError as e:
+        return verdict("RACE", f"{e} seconds={time.perf_counter() - start:.1f}")
     except emulator.EmulatorError as e:
         return verdict("ERROR", f"{e} seconds={time.perf_counter() - start:.1f}")
     except (FileNotFoundError, ImportError) as e:  # NVIDIA's example not found (emulator/nvidia.py says where it is looked for), flashinfer-python not installed
@@ -427,7 +439,9 @@ def main(argv=None) -> int:
         return 5
     if message:
         print(message, flush=True)
-    return verdict(word, figures(max_error, stats, time.perf_counter() - start))
+    # races=0 only where every case ran to its end with the detector on
+    return verdict(word, figures(max_error, stats, time.perf_counter() - start,
+                                 args.races and word in ("PASS", "FAIL", "OUTSIDE")))
 
 
 if __name__ == "__main__":

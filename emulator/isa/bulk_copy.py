@@ -123,13 +123,20 @@ def _load(instr, program):
                 cta.shared.check(d_offset, nbytes, "TMA load destination")
 
             def deliver(tmap=tmap, box=box, deliveries=deliveries, d_offset=d_offset, gm=gm):
+                trace = w.cta.grid.trace
                 for cta, barrier in deliveries:
                     address = (cta.rank << 24) | d_offset
                     data, count = tma.load_box(tmap, box, gm.read, address)
                     cta.shared.write(d_offset, data)
+                    if trace is not None:
+                        trace.shared_range(cta.shared, d_offset, data.size, True)
+                        trace.signal(barrier)
                     barrier.complete_tx(w.cta.grid, count)
 
-            issue(w.cta.grid, AsyncOp(deliver, [b for _, b in deliveries], where))
+            trace = w.cta.grid.trace
+            agent = None if trace is None else trace.issue(
+                w, ("TMA load", w, tuple(id(b) for _, b in deliveries)), f"TMA load unit for {w.label}")
+            issue(w.cta.grid, AsyncOp(deliver, [b for _, b in deliveries], where, agent))
 
     return handler
 
@@ -157,9 +164,23 @@ def _store(instr, program):
             gm = w.cta.grid.global_memory
 
             def deliver(tmap=tmap, box=box, offset=offset, address=int(s[lane]), nbytes=nbytes, gm=gm):
-                tma.store_box(tmap, box, w.cta.shared.read(offset, nbytes), address, gm.write)
+                trace = w.cta.grid.trace
+                if trace is None:
+                    tma.store_box(tmap, box, w.cta.shared.read(offset, nbytes), address, gm.write)
+                    return
+                trace.shared_range(w.cta.shared, offset, nbytes, False)
+                spans = []
 
-            op = AsyncOp(deliver, (), where)
+                def write(a, data):
+                    spans.append((a, data.nbytes))
+                    gm.write(a, data)
+
+                tma.store_box(tmap, box, w.cta.shared.read(offset, nbytes), address, write)
+                trace.global_writes(spans)
+
+            trace = w.cta.grid.trace
+            agent = None if trace is None else trace.issue(w, ("TMA store", w), f"TMA store unit for {w.label}")
+            op = AsyncOp(deliver, (), where, agent)
             w.bulk_open.setdefault(int(lane), []).append(op)
             issue(w.cta.grid, op)
 
@@ -183,8 +204,11 @@ def _wait_group(instr, program):
         for lane in np.flatnonzero(mask):
             groups = w.bulk_groups.get(int(lane), [])
             while len(groups) > limit:
-                for op in groups.pop(0):
+                group = groups.pop(0)
+                for op in group:
                     op.deliver(w.cta.grid)
+                if w.cta.grid.trace is not None:
+                    w.cta.grid.trace.bulk_wait(w, [op.agent for op in group])
 
     return handler
 

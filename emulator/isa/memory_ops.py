@@ -11,7 +11,7 @@ import numpy as np
 
 from ..errors import EmulatorError
 from ..memory import (CTA_RANK_SHIFT, GENERIC_PARAM_BASE, GENERIC_SHARED_BASE, OFFSET_MASK, WINDOW_MASK,
-                      split_shared)
+                      GlobalMemory, SharedMemory, split_shared)
 from ..warp import LANES, TYPES, instruction, type_of
 
 SPACES = ("param", "shared", "global", "local", "const")
@@ -78,6 +78,8 @@ def _lanes_access(w, mask, space, addresses, nbytes, kind, data=None):
         if bad.any():
             raise EmulatorError("misaligned", f"{kind} of {nbytes} B at 0x{int(addrs[bad][0]):x}")
         gm = w.cta.grid.global_memory
+        if w.cta.grid.trace is not None:
+            w.cta.grid.trace.global_lanes(w, addrs, nbytes, data is not None)
         if data is None:
             out = np.zeros((LANES, nbytes), np.uint8)
             out[lanes] = gm.lanes_read(addrs, nbytes)
@@ -85,13 +87,27 @@ def _lanes_access(w, mask, space, addresses, nbytes, kind, data=None):
         gm.lanes_write(addrs, data[lanes])
         return None
     out = np.zeros((LANES, nbytes), np.uint8) if data is None else None
+    touched = {} if w.cta.grid.trace is not None else None  # memory object -> offsets, for the race detector
     for lane in lanes:
         mem, offset = resolve(w, space, int(addresses[lane]), nbytes, kind)
         if data is None:
             out[lane] = mem.read(offset, nbytes)
         else:
             mem.write(offset, data[lane])
+        if touched is not None:
+            touched.setdefault(mem, []).append(offset)
+    if touched:
+        _report_accesses(w, touched, nbytes, data is not None)
     return out
+
+
+def _report_accesses(w, touched: dict, nbytes: int, write: bool) -> None:
+    trace = w.cta.grid.trace
+    for mem, offsets in touched.items():
+        if isinstance(mem, SharedMemory):
+            trace.shared(w, mem, offsets, nbytes, write)
+        elif isinstance(mem, GlobalMemory):
+            trace.global_lanes(w, offsets, nbytes, write)
 
 
 @instruction("ld")

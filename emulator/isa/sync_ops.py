@@ -5,8 +5,10 @@ PTX ISA 9.7.13.15 (mbarrier: init 9.7.13.15.9, expect_tx 9.7.13.15.11, arrive 9.
 test_wait/try_wait 9.7.13.15.16), 9.7.13.1 (bar, barrier), 9.7.13.2 (barrier.cluster), 9.7.13.4 (fence,
 membar), 9.7.13.x (elect.sync), 9.7.9.6 (shfl.sync), 9.7.13.x (vote.sync), 9.7.13.x (griddepcontrol).
 
-Not modelled: memory ordering (`.release`/`.acquire`/`.relaxed` scopes and every fence are accepted and
-have no effect: the emulator's memory is sequentially consistent), the suspend-time hint of try_wait.
+Memory ordering (`.release`/`.acquire`/`.relaxed` scopes and every fence) has no effect on what runs: the
+emulator's memory is sequentially consistent. With race detection on, these handlers report the
+synchronization they perform to `grid.trace` (happens_before.py), which checks that every conflicting pair
+of accesses is ordered. Not modelled: the suspend-time hint of try_wait.
 `griddepcontrol.wait` returns at once: the emulator runs one grid at a time, so the prerequisite grid has
 always completed.
 """
@@ -55,8 +57,10 @@ def _init(instr, program):
                 raise EmulatorError("misaligned", f"mbarrier.init at 0x{int(a[lane]):x}")
             if not 1 <= int(c[lane]) < (1 << 20):
                 raise EmulatorError("mbarrier", f"mbarrier.init count {int(c[lane])} out of range [1, 2^20)")
-            w.cta.mbarriers[offset] = MBarrier(int(a[lane]), int(c[lane]))
+            bar = w.cta.mbarriers[offset] = MBarrier(int(a[lane]), int(c[lane]))
             w.cta.grid.progress += 1
+            if w.cta.grid.trace is not None:
+                w.cta.grid.trace.mbarrier_init(w, bar)
 
     return handler
 
@@ -82,6 +86,8 @@ def _arrive_factory(instr, program, *, expect_tx: bool, drop: bool = False):
                 count = int(e[lane]) if e is not None else 1
             if drop:
                 bar.expected -= count
+            if w.cta.grid.trace is not None:
+                w.cta.grid.trace.arrive(w, bar)
             tokens[lane] = bar.arrive(w.cta.grid, count)
         if write_state is not None:
             write_state(w, tokens, mask)
@@ -110,6 +116,8 @@ def _tx(instr, program):
         a, n = addr(w), nbytes(w)
         for lane in _lanes(mask):
             _, bar = mbarrier_at(w, int(a[lane]), cluster_scope)
+            if complete and w.cta.grid.trace is not None:
+                w.cta.grid.trace.arrive(w, bar)
             (bar.complete_tx if complete else bar.expect_tx)(w.cta.grid, int(n[lane]))
 
     return handler
@@ -141,6 +149,8 @@ def _wait(instr, program):
             if not bar.phase_complete(p):
                 observe(w.cta.grid, bar)
             out[lane] = bar.phase_complete(p)
+            if out[lane] and w.cta.grid.trace is not None:
+                w.cta.grid.trace.observe(w, bar)
             if not out[lane] and wait is None:
                 wait = MBarrierWait(cta, bar, p)
         write(w, out, mask)
@@ -192,11 +202,16 @@ def _named_barrier(instr, program, *, wait: bool):
         generation = bar.generation
         bar.arrived += LANES
         w.cta.grid.progress += 1
+        trace = w.cta.grid.trace
+        if trace is not None:
+            trace.bar_arrive(w, bar, wait)
         if bar.arrived >= threads:
             if bar.arrived > threads:
                 raise EmulatorError("barrier", f"bar {bid}: {bar.arrived} threads arrived, {threads} expected")
             bar.arrived = 0
             bar.generation += 1
+            if trace is not None:
+                trace.bar_complete(bar)
             return None
         return ("wait", NamedBarrierWait(bar, generation)) if wait else None
 
@@ -227,6 +242,8 @@ def _cluster_arrive(instr, program):
         bar.arrived.add(w)
         w.cluster_arrival = bar.generation
         w.cta.grid.progress += 1
+        if w.cta.grid.trace is not None:
+            w.cta.grid.trace.cluster_arrive(w, bar, bar.generation)
 
     return handler
 
@@ -238,6 +255,8 @@ def _cluster_wait(instr, program):
         if w.cluster_arrival is None:
             raise EmulatorError("barrier", "barrier.cluster.wait without a barrier.cluster.arrive")
         wait = ClusterBarrierWait(bar, w.cluster_arrival)
+        if w.cta.grid.trace is not None:
+            w.cta.grid.trace.cluster_wait(w, bar, w.cluster_arrival)
         w.cluster_arrival = None
         return None if wait.ready() else ("wait", wait)
 
@@ -346,6 +365,16 @@ def _activemask(instr, program):
 @instruction("fence", "membar", "griddepcontrol", "nanosleep", "setmaxnreg", "pmevent")
 def _no_effect(instr, program):
     """Ordering, hints and launch control with no effect in a sequentially consistent, single-grid
-    emulator (module docstring)."""
-    return lambda w, mask: None
+    emulator (module docstring). The race detector (happens_before.py) sees the two fences between proxies
+    it checks: `fence.proxy.async*` and `fence.mbarrier_init`."""
+    kind = ("proxy.async" if instr.opcode.startswith("fence.proxy.async") else
+            "mbarrier_init" if instr.opcode.startswith("fence.mbarrier_init") else None)
+    if kind is None:
+        return lambda w, mask: None
+
+    def handler(w, mask):
+        if w.cta.grid.trace is not None:
+            w.cta.grid.trace.fence(w, kind)
+
+    return handler
 

@@ -62,10 +62,25 @@ def _enqueue(w, operation) -> None:
     """An asynchronous tensor-core operation of this CTA's pipe: now (eager) or at its commit."""
     queue = _queue(w.cta)
     w.cta.tensor_issued += 1
+    trace = w.cta.grid.trace
+    if trace is not None:
+        operation = _traced(trace, trace.issue(w, ("tensor pipe", w.cta), f"tensor pipe of {w.cta.label}"),
+                            operation)
     if w.cta.grid.mode == "eager":
         operation()
     else:
         queue.append((w.cta.tensor_issued, operation))
+
+
+def _traced(trace, access, operation):
+    """`operation` run as the race detector's `access` (its memory accesses are the tensor pipe's)."""
+
+    def run():
+        trace.begin(access)
+        operation()
+        trace.end()
+
+    return run
 
 
 def _execute_through(cta, sequence: int) -> None:
@@ -81,6 +96,8 @@ def _single_lanes(mask):
 def _smem_reader(cta):
     def read(address: int, nbytes: int) -> np.ndarray:
         rank, offset = split_shared(address)
+        if cta.grid.trace is not None:
+            cta.grid.trace.shared_range(cta.shared, offset, nbytes, False)
         return cta.shared.read(offset, nbytes)
 
     return read
@@ -114,6 +131,16 @@ def _rendezvous(cta) -> "tcgen05.PairRendezvous":
     return even.tmem_pair
 
 
+def _traced(w, operation, *args):
+    """operation(*args) with the tensor-memory accesses it makes attributed to warp w (race detection)."""
+    trace = w.cta.grid.trace
+    if trace is not None:
+        trace.begin(trace.warp_access(w))
+    operation(*args)
+    if trace is not None:
+        trace.end()
+
+
 def _pair_operation(w, operation: str, operands: tuple, complete, destination: int = 0):
     """Issue this warp's half of a cta_group::2 operation: wait for the peer's, or complete both with
     complete(first, second) (PairRequest each, the peer's first)."""
@@ -121,7 +148,7 @@ def _pair_operation(w, operation: str, operands: tuple, complete, destination: i
     if all(p.done for p in peer.warps):
         raise EmulatorError("tmem", f"tcgen05.{operation}.cta_group::2 after the peer CTA (rank {peer.rank}) exited "
                             "(the ISA requires it active)")
-    request = tcgen05.PairRequest(operation, w.cta.rank, operands, w.where(), destination)
+    request = tcgen05.PairRequest(operation, w.cta.rank, operands, w.where(), destination, issuer=w)
     first = _rendezvous(w.cta).meet(request)
     if first is None:
         return ("wait", PairWait(request, peer.rank))
@@ -139,16 +166,19 @@ def _alloc(instr, program):
     ncols = program.reader(instr.operands[1], "u32")
     cta_group = _cta_group(instr)
 
-    def write_address(cta, address: int, column: int):
+    def write_address(cta, address: int, column: int, writer):
         rank, offset = split_shared(address)
         if rank != cta.rank:
             raise EmulatorError("shared-bounds", "tcgen05.alloc writes its address to another CTA's memory")
         cta.shared.write(offset, np.array([column], np.uint32))
+        trace = cta.grid.trace
+        if trace is not None:
+            trace.shared(writer, cta.shared, [offset], 4, True)
 
     def handler(w, mask):
         n, address = int(ncols(w)[0]), int(dst(w)[0])
         if cta_group == 1:
-            write_address(w.cta, address, w.cta.tmem.alloc(n))
+            write_address(w.cta, address, w.cta.tmem.alloc(n), w)
             w.cta.grid.progress += 1
             return None
 
@@ -156,7 +186,7 @@ def _alloc(instr, program):
             ctas = {c.rank: c for c in _pair(w, 2)}
             column = ctas[first.rank].tmem.alloc(n, peer=ctas[second.rank].tmem)
             for request in (first, second):
-                write_address(ctas[request.rank], request.destination, column)
+                write_address(ctas[request.rank], request.destination, column, request.issuer)
 
         return _pair_operation(w, "alloc", (n,), complete, destination=address)
 
@@ -173,14 +203,14 @@ def _dealloc(instr, program):
     def handler(w, mask):
         address, n = int(taddr(w)[0]), int(ncols(w)[0])
         if cta_group == 1:
-            tcgen05.deallocate(w.cta.tmem, address, n)
+            _traced(w, tcgen05.deallocate, w.cta.tmem, address, n)
             w.cta.grid.progress += 1
             return None
 
         def complete(first, second):
             ctas = {c.rank: c for c in _pair(w, 2)}
             for request in (first, second):
-                tcgen05.deallocate(ctas[request.rank].tmem, *request.operands)
+                _traced(request.issuer, tcgen05.deallocate, ctas[request.rank].tmem, *request.operands)
 
         return _pair_operation(w, "dealloc", (address, n), complete)
 
@@ -313,9 +343,13 @@ def _commit(instr, program):
             def deliver(cta=cta, sequence=sequence, barriers=barriers):
                 _execute_through(cta, sequence)
                 for barrier in barriers:
+                    if cta.grid.trace is not None:
+                        cta.grid.trace.signal(barrier)
                     barrier.arrive(cta.grid, 1)
 
-            issue(w.cta.grid, AsyncOp(deliver, barriers, where))
+            trace = w.cta.grid.trace
+            agent = None if trace is None else trace.issue(w, ("tensor pipe", w.cta), f"tensor pipe of {w.cta.label}")
+            issue(w.cta.grid, AsyncOp(deliver, barriers, where, agent))
 
     return handler
 
@@ -342,7 +376,12 @@ def _ld(instr, program):
         address = int(t[np.flatnonzero(mask)[0]])
         if (t[mask] != address).any():
             raise EmulatorError("tmem", "tcgen05.ld: the lanes give different tensor memory addresses")
+        trace = w.cta.grid.trace
+        if trace is not None:
+            trace.begin(trace.warp_access(w))
         values = tcgen05.tcgen05_ld(w.cta.tmem, address, shape, num, w.warp_id % 4)
+        if trace is not None:
+            trace.end()
         if values.shape != (LANES, len(writers)):
             raise EmulatorError("tmem", f"tcgen05.ld {shape}.x{num} yields {values.shape[1]} registers per "
                                 f"thread, the instruction names {len(writers)}")
@@ -395,6 +434,8 @@ def _stmatrix(instr, program):
         if (offsets % 2).any():
             raise EmulatorError("misaligned", "stmatrix row address not 2-B aligned")
         w.cta.shared.check(int(offsets.min()), int(offsets.max() - offsets.min()) + 2, "stmatrix")
+        if w.cta.grid.trace is not None:
+            w.cta.grid.trace.shared(w, w.cta.shared, offsets, 2, True)
         w.cta.shared.data[offsets] = (values & 0xFF).astype(np.uint8)
         w.cta.shared.data[offsets + 1] = (values >> 8).astype(np.uint8)
 

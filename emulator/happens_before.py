@@ -1,0 +1,413 @@
+"""Happens-before race detection: which accesses are ordered, whatever interleaving the scheduler ran.
+
+Built like ThreadSanitizer's detector (vector clocks, a shadow word per memory granule) over the PTX memory
+model (ISA chapter 8: proxies, release/acquire patterns, `fence.proxy.async`, `fence.mbarrier_init`). The
+functional core reports events through `grid.trace` (None when detection is off: one attribute test per
+event site); the scheduler does not know this module exists. Nothing here changes what the kernel computes.
+
+- **Agents.** Each warp is an agent (its 32 lanes run together: races inside one warp are not looked for).
+  Asynchronous units act on a warp's behalf, each as its own agent: a TMA load unit per issuing warp and
+  signalled mbarrier (loads that complete on one barrier are in that barrier's phase order), a TMA store unit
+  per issuing warp (bulk groups complete in order), and each CTA's tensor pipe (tcgen05.mma and tcgen05.cp
+  execute in issue order, ISA 9.7.16.6). An operation starts with what its issuer had seen at issue (the
+  issuer's clock advances past the issue, so the issuer's later accesses are not ordered before it).
+- **Synchronization** joins vector clocks: mbarrier arrive / complete-tx (release) into the barrier's phase,
+  a try_wait/test_wait that observes the phase complete (acquire: every completed phase's releases);
+  `tcgen05.commit`'s arrive releases the tensor pipe's work issued before it; `bar.sync`/`bar.arrive` (the
+  waiting warps acquire every arrival of the generation); `barrier.cluster.arrive`/`wait`;
+  `cp.async.bulk.wait_group` acquires the store groups it waited for.
+- **Proxies.** Shared memory written through the generic proxy (st.shared, stmatrix, tcgen05.alloc's
+  address) and then accessed through the async proxy (a TMA store reading it, an MMA or tcgen05.cp reading
+  it, a TMA load overwriting it) needs, besides happens-before, a `fence.proxy.async` executed by the
+  writing warp after its write and before the async access (ISA 8.x "proxies"; CUTLASS's epilogue fences in
+  every writing thread, then syncs). An mbarrier signalled by an asynchronous unit (complete-tx, commit) or
+  from another CTA needs a `fence.mbarrier_init` by the initializing warp between its `mbarrier.init` and
+  that signal.
+- **Shadow memory.** Shared memory in 16-byte granules per CTA, tensor memory in (32-lane quarter, column)
+  cells per CTA, global memory in 16-byte granules (writes only, in a dict). Each granule keeps its last
+  write (agent, clock, PTX line, proxy) and up to two reads by agents not ordered with each other.
+- **A race** is a pair of accesses to one granule, one a write, by different agents, the earlier not
+  ordered before the later (or, across proxies, ordered without the fence). It is an EmulatorError of kind
+  "race" raised at the second access, naming both PTX lines, both agents, the address and the missing order.
+
+Not seen: races inside a warp; reads of global memory by TMA loads and write-after-read in global memory;
+a third concurrent reader of one granule (two slots); `tcgen05.fence::before_thread_sync/after_thread_sync`
+and `tcgen05.wait::ld/st` (NVIDIA's epilogue has neither, DESIGN.md); `.relaxed`/`.release` qualifiers
+(every arrive releases, every successful wait acquires).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+
+import numpy as np
+
+from .errors import EmulatorError
+
+GRANULE = 16  # bytes of shared and global memory per shadow entry
+TMEM_QUARTER = 32  # tensor memory lanes per shadow entry (a warp's tcgen05.ld reaches one quarter)
+TMEM_COLUMNS = 512
+
+
+class RaceError(EmulatorError):
+    """Two conflicting accesses no synchronization orders: `where` is the address, the message both sides."""
+
+    def __init__(self, message: str, where: str):
+        super().__init__("race", message, where)
+
+
+class Agent:
+    """A warp or an asynchronous unit: its id and vector clock {agent id: clock} (its own entry is its
+    clock). `fences` are the clocks of its fence.proxy.async, `init_fences` of its fence.mbarrier_init."""
+
+    __slots__ = ("id", "label", "vc", "proxy_fences", "init_fences")
+
+    def __init__(self, ident: int, label: str):
+        self.id = ident
+        self.label = label
+        self.vc = {ident: 1}
+        self.proxy_fences: list = []
+        self.init_fences: list = []
+
+    def tick(self) -> None:
+        self.vc[self.id] += 1
+
+
+class Access:
+    """Who is accessing: an agent id, its clock at the access, the vector clock it has seen, a description
+    index (agent and PTX line) and whether it goes through the async proxy."""
+
+    __slots__ = ("id", "clock", "vc", "desc", "asynchronous")
+
+    def __init__(self, ident, clock, vc, desc, asynchronous):
+        self.id, self.clock, self.vc, self.desc, self.asynchronous = ident, clock, vc, desc, asynchronous
+
+
+def join(into: dict, other: dict) -> None:
+    for k, v in other.items():
+        if into.get(k, 0) < v:
+            into[k] = v
+
+
+class Shadow:
+    """Last write and two unordered reads per granule, as parallel arrays."""
+
+    def __init__(self, n: int):
+        self.w_agent = np.full(n, -1, np.int32)
+        self.w_clock = np.zeros(n, np.int64)
+        self.w_desc = np.zeros(n, np.int32)
+        self.w_async = np.zeros(n, bool)
+        self.r_agent = np.full((2, n), -1, np.int32)
+        self.r_clock = np.zeros((2, n), np.int64)
+        self.r_desc = np.zeros((2, n), np.int32)
+
+
+class HappensBefore:
+    def __init__(self, grid):
+        self.grid = grid
+        self.agents: list[Agent] = []
+        self.warp_agents: dict = {}
+        self.units: dict = {}  # (kind, key) -> Agent of an asynchronous unit
+        self.descs: list = []  # (agent id, PTX text) per description index
+        self.desc_index: dict = {}
+        self.stack: list = []  # the asynchronous operation executing now (Access), innermost last
+        self.shadows: dict = {}  # id(memory object) -> Shadow
+        self.global_shadow: dict = {}  # granule -> (agent, clock, desc)
+        self.barrier_state: dict = {}  # id(mbarrier) -> [current phase vc, completed vc, init (agent, clock, desc)]
+        self.named: dict = {}  # id(named barrier) -> [vc, waiting agents]
+        self.cluster: dict = {}  # (id(cluster barrier), generation) -> [vc, waiting agents, complete]
+        self.accesses = 0
+
+    # ------------------------------------------------------------------ agents and descriptions
+    def _new_agent(self, label: str) -> Agent:
+        agent = Agent(len(self.agents), label)
+        self.agents.append(agent)
+        return agent
+
+    def warp(self, w) -> Agent:
+        agent = self.warp_agents.get(w)
+        if agent is None:
+            agent = self.warp_agents[w] = self._new_agent(f"{w.label} ({w.role})")
+        return agent
+
+    def _desc(self, agent_id: int, index: int) -> int:
+        key = (agent_id, index)
+        d = self.desc_index.get(key)
+        if d is None:
+            d = self.desc_index[key] = len(self.descs)
+            self.descs.append((agent_id, _short(self.grid.program.where(index))))
+        return d
+
+    def warp_access(self, w) -> Access:
+        agent = self.warp(w)
+        return Access(agent.id, agent.vc[agent.id], agent.vc, self._desc(agent.id, w.last_index), False)
+
+    def issue(self, w, unit: tuple, label: str) -> Access:
+        """Warp `w` hands work to the asynchronous unit `unit` (a hashable key): the operation's Access.
+        The unit's clock joins what the issuer has seen; the issuer's clock moves past the issue."""
+        issuer = self.warp(w)
+        agent = self.units.get(unit)
+        if agent is None:
+            agent = self.units[unit] = self._new_agent(label)
+        agent.tick()
+        join(agent.vc, issuer.vc)
+        issuer.tick()
+        desc = len(self.descs)
+        self.descs.append((agent.id, f"{_short(self.grid.program.where(w.last_index))} (issued by {issuer.label})"))
+        return Access(agent.id, agent.vc[agent.id], dict(agent.vc), desc, True)
+
+    def begin(self, access: Access | None) -> None:
+        self.stack.append(access)
+
+    def end(self) -> None:
+        self.stack.pop()
+
+    # ------------------------------------------------------------------ memory
+    def shared(self, w, memory, offsets, nbytes: int, write: bool) -> None:
+        """A warp's generic-proxy access of `nbytes` at each of `offsets` in one CTA's shared memory."""
+        offsets = np.asarray(offsets, np.int64)
+        first = offsets // GRANULE
+        last = (offsets + nbytes - 1) // GRANULE
+        granules = np.unique(np.concatenate([first, last])) if (first != last).any() else np.unique(first)
+        self._access(self._shadow(memory, memory.size // GRANULE + 1), granules, self.warp_access(w), write,
+                     lambda g: f"shared 0x{(memory.rank << 24) | int(g) * GRANULE:x} (CTA rank {memory.rank})")
+
+    def shared_range(self, memory, offset: int, nbytes: int, write: bool) -> None:
+        """The executing asynchronous operation's access of shared memory bytes [offset, offset + nbytes)."""
+        access = self.stack[-1] if self.stack else None
+        if access is None or nbytes <= 0:
+            return
+        granules = np.arange(offset // GRANULE, (offset + nbytes - 1) // GRANULE + 1)
+        self._access(self._shadow(memory, memory.size // GRANULE + 1), granules, access, write,
+                     lambda g: f"shared 0x{(memory.rank << 24) | int(g) * GRANULE:x} (CTA rank {memory.rank})")
+
+    def tmem(self, memory, lane: int, nlanes: int, column: int, ncols: int, write: bool) -> None:
+        """Cells [lane, lane + nlanes) x [column, column + ncols) of one CTA's tensor memory, by the executing
+        asynchronous operation or the warp whose tcgen05.ld runs (`begin`)."""
+        access = self.stack[-1] if self.stack else None
+        if access is None:
+            return
+        quarters = np.arange(lane // TMEM_QUARTER, min(lane + nlanes - 1, 127) // TMEM_QUARTER + 1)
+        columns = np.arange(column, min(column + ncols, TMEM_COLUMNS))  # beyond: tcgen05.py's check reports it
+        granules = (quarters[:, None] * TMEM_COLUMNS + columns[None, :]).reshape(-1)
+        self._access(self._shadow(memory, 4 * TMEM_COLUMNS), granules, access, write,
+                     lambda g: f"tensor memory lanes {int(g) // TMEM_COLUMNS * 32}..{int(g) // TMEM_COLUMNS * 32 + 31}"
+                               f" column {int(g) % TMEM_COLUMNS}")
+
+    def global_lanes(self, w, addresses, nbytes: int, write: bool) -> None:
+        addresses = np.asarray(addresses, np.int64)
+        self._global(addresses, addresses + nbytes, self.warp_access(w), write)
+
+    def global_writes(self, spans) -> None:
+        """The executing asynchronous operation wrote global memory: (address, nbytes) pairs."""
+        access = self.stack[-1] if self.stack else None
+        if access is not None and spans:
+            starts = np.array([a for a, _ in spans], np.int64)
+            self._global(starts, starts + np.array([n for _, n in spans], np.int64), access, True)
+
+    def _global(self, starts, ends, access, write) -> None:
+        self.accesses += 1
+        first, last = starts // GRANULE, (ends - 1) // GRANULE
+        if (last - first > 1).any():
+            granules = np.unique(np.concatenate([np.arange(f, l + 1) for f, l in zip(first.tolist(), last.tolist())]))
+        else:
+            granules = np.unique(np.concatenate([first, last]))
+        table = self.global_shadow
+        vc = access.vc
+        for g in granules.tolist():
+            prev = table.get(g)
+            if prev is not None and prev[0] != access.id and prev[1] > vc.get(prev[0], 0):
+                self._report(f"global 0x{g * GRANULE:x}", ("write", prev[2]), ("write" if write else "read", access.desc),
+                             self._missing(access, prev[0], prev[1]))
+            if write:
+                table[g] = (access.id, access.clock, access.desc)
+
+    def _shadow(self, memory, granules: int) -> Shadow:
+        shadow = self.shadows.get(id(memory))
+        if shadow is None:
+            shadow = self.shadows[id(memory)] = Shadow(granules)
+        return shadow
+
+    def _unordered(self, agents, clocks, access):
+        """Boolean mask of the entries (agent, clock) not ordered before `access` (empty slots are ordered)."""
+        bad = np.zeros(agents.shape, bool)
+        for a in np.unique(agents).tolist():
+            if a < 0 or a == access.id:
+                continue
+            sel = agents == a
+            bad |= sel & (clocks > access.vc.get(a, 0))
+        return bad
+
+    def _access(self, shadow: Shadow, granules, access: Access, write: bool, where) -> None:
+        self.accesses += 1
+        kind = "write" if write else "read"
+        w_agent = shadow.w_agent[granules]
+        w_clock = shadow.w_clock[granules]
+        bad = self._unordered(w_agent, w_clock, access)
+        if bad.any():
+            k = int(np.flatnonzero(bad)[0])
+            self._report(where(granules[k]), ("write", int(shadow.w_desc[granules[k]])), (kind, access.desc),
+                         self._missing(access, int(w_agent[k]), int(w_clock[k])))
+        if access.asynchronous:
+            self._proxy_check(shadow, granules, w_agent, w_clock, access, kind, where)
+        if write:
+            for slot in (0, 1):
+                r_agent = shadow.r_agent[slot, granules]
+                r_clock = shadow.r_clock[slot, granules]
+                bad = self._unordered(r_agent, r_clock, access)
+                if bad.any():
+                    k = int(np.flatnonzero(bad)[0])
+                    self._report(where(granules[k]), ("read", int(shadow.r_desc[slot, granules[k]])),
+                                 (kind, access.desc), self._missing(access, int(r_agent[k]), int(r_clock[k])))
+            shadow.w_agent[granules] = access.id
+            shadow.w_clock[granules] = access.clock
+            shadow.w_desc[granules] = access.desc
+            shadow.w_async[granules] = access.asynchronous
+            shadow.r_agent[:, granules] = -1
+        else:
+            r_agent = shadow.r_agent[0, granules]
+            keep = self._unordered(r_agent, shadow.r_clock[0, granules], access) & (r_agent >= 0)
+            if keep.any():  # an earlier read not ordered before this one moves to the second slot
+                moved = granules[keep]
+                shadow.r_agent[1, moved] = shadow.r_agent[0, moved]
+                shadow.r_clock[1, moved] = shadow.r_clock[0, moved]
+                shadow.r_desc[1, moved] = shadow.r_desc[0, moved]
+            shadow.r_agent[0, granules] = access.id
+            shadow.r_clock[0, granules] = access.clock
+            shadow.r_desc[0, granules] = access.desc
+
+    def _proxy_check(self, shadow, granules, w_agent, w_clock, access, kind, where) -> None:
+        """An async-proxy access after a generic-proxy write: the writer must have fenced in between."""
+        generic = (w_agent >= 0) & (w_agent != access.id) & ~shadow.w_async[granules]
+        if not generic.any():
+            return
+        pairs = set(zip(w_agent[generic].tolist(), w_clock[generic].tolist()))
+        for agent_id, clock in pairs:
+            fences = self.agents[agent_id].proxy_fences
+            i = bisect_left(fences, clock)
+            if i < len(fences) and fences[i] <= access.vc.get(agent_id, 0):
+                continue
+            k = int(np.flatnonzero(generic & (w_agent == agent_id) & (w_clock == clock))[0])
+            self._report(where(granules[k]), ("generic-proxy write", int(shadow.w_desc[granules[k]])),
+                         (f"async-proxy {kind}", access.desc),
+                         f"ordered, but {self.agents[agent_id].label} executed no fence.proxy.async between its "
+                         "write and this access (PTX ISA 8: generic and async proxies)")
+
+    # ------------------------------------------------------------------ fences
+    def fence(self, w, kind: str) -> None:
+        agent = self.warp(w)
+        (agent.proxy_fences if kind == "proxy.async" else agent.init_fences).append(agent.vc[agent.id])
+        agent.tick()
+
+    # ------------------------------------------------------------------ mbarriers
+    def _barrier(self, barrier) -> list:
+        state = self.barrier_state.get(id(barrier))
+        if state is None:
+            state = self.barrier_state[id(barrier)] = [{}, {}, None]
+        return state
+
+    def mbarrier_init(self, w, barrier) -> None:
+        agent = self.warp(w)
+        state = self._barrier(barrier)
+        state[0], state[1] = {}, {}
+        state[2] = (agent.id, agent.vc[agent.id], self._desc(agent.id, w.last_index))
+
+    def arrive(self, w, barrier) -> None:
+        """Warp `w` arrives on (or completes tx of) `barrier`: a release."""
+        agent = self.warp(w)
+        if barrier.address >> 24 != w.cta.rank:
+            self._init_check(barrier, Access(agent.id, agent.vc[agent.id], agent.vc,
+                                             self._desc(agent.id, w.last_index), False), "a remote arrive")
+        join(self._barrier(barrier)[0], agent.vc)
+        agent.tick()
+
+    def signal(self, barrier) -> None:
+        """The executing asynchronous operation signals `barrier` (complete-tx, tcgen05.commit's arrive)."""
+        access = self.stack[-1] if self.stack else None
+        if access is None:
+            return
+        self._init_check(barrier, access, "an asynchronous unit's signal")
+        join(self._barrier(barrier)[0], access.vc)
+
+    def phase_complete(self, barrier) -> None:
+        state = self._barrier(barrier)
+        join(state[1], state[0])
+        state[0] = {}
+
+    def observe(self, w, barrier) -> None:
+        """A wait of `w` found a phase of `barrier` complete: an acquire."""
+        join(self.warp(w).vc, self._barrier(barrier)[1])
+
+    def _init_check(self, barrier, access: Access, what: str) -> None:
+        init = self._barrier(barrier)[2]
+        if init is None:
+            return
+        agent_id, clock, desc = init
+        agent = self.agents[agent_id]
+        seen = access.vc.get(agent_id, 0)
+        if seen < clock and agent_id != access.id:
+            self._report(f"mbarrier at shared 0x{barrier.address:x}", ("mbarrier.init", desc), (what, access.desc),
+                         "the signal is not ordered after the barrier's initialization")
+        i = bisect_left(agent.init_fences, clock)
+        if not (i < len(agent.init_fences) and agent.init_fences[i] <= seen):
+            self._report(f"mbarrier at shared 0x{barrier.address:x}", ("mbarrier.init", desc), (what, access.desc),
+                         f"{agent.label} executed no fence.mbarrier_init between the init and this signal "
+                         "(PTX ISA 9.7.13.15.9: the async proxy and other CTAs see an mbarrier's "
+                         "initialization only through it)")
+
+    # ------------------------------------------------------------------ CTA and cluster barriers
+    def bar_arrive(self, w, barrier, waits: bool) -> None:
+        agent = self.warp(w)
+        state = self.named.setdefault(id(barrier), [{}, []])
+        join(state[0], agent.vc)
+        agent.tick()
+        if waits:
+            state[1].append(agent)
+
+    def bar_complete(self, barrier) -> None:
+        vc, waiting = self.named.pop(id(barrier), [{}, []])
+        for agent in waiting:
+            join(agent.vc, vc)
+
+    def cluster_arrive(self, w, barrier, generation: int) -> None:
+        agent = self.warp(w)
+        join(self.cluster.setdefault((id(barrier), generation), [{}, [], False])[0], agent.vc)
+        agent.tick()
+
+    def cluster_wait(self, w, barrier, generation: int) -> None:
+        state = self.cluster.setdefault((id(barrier), generation), [{}, [], False])
+        if state[2]:
+            join(self.warp(w).vc, state[0])
+        else:
+            state[1].append(self.warp(w))
+
+    def cluster_complete(self, barrier, generation: int) -> None:
+        state = self.cluster.setdefault((id(barrier), generation), [{}, [], False])
+        state[2] = True
+        for agent in state[1]:
+            join(agent.vc, state[0])
+        state[1] = []
+
+    def bulk_wait(self, w, accesses) -> None:
+        """cp.async.bulk.wait_group: the groups waited for are complete (their reads and writes)."""
+        agent = self.warp(w)
+        for access in accesses:
+            join(agent.vc, access.vc)
+
+    # ------------------------------------------------------------------ reports
+    def _missing(self, access: Access, agent_id: int, clock: int) -> str:
+        other = self.agents[agent_id].label
+        return (f"no happens-before order: the later agent has seen {other} up to its clock "
+                f"{access.vc.get(agent_id, 0)}, the earlier access is at clock {clock} (no barrier, mbarrier phase, "
+                "commit or bulk wait orders them)")
+
+    def _report(self, where: str, earlier: tuple, later: tuple, missing: str) -> None:
+        def side(kind, desc):
+            agent_id, text = self.descs[desc]
+            return f"{kind} by {self.agents[agent_id].label} at {text}"
+
+        raise RaceError(f"{side(*earlier)}; then {side(*later)}: {missing}", where)
+
+
+def _short(text: str, limit: int = 110) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."

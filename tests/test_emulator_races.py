@@ -1,0 +1,181 @@
+"""Happens-before race detection (emulator/happens_before.py, `--races`): silent on kernels known to run on
+B200s, loud on each planted defect, in both timing modes.
+
+- Small hand-written kernels (milliseconds): the orders the detector knows (bar.sync, mbarrier phases) and
+  the race each one's absence leaves.
+- NVIDIA's kernel (tools/emulate.py nvidia, M, N, K = 512, 384, 1024: 6 tiles per CTA, 4 K-blocks through
+  4 stages... and 2 accumulators, so both pipelines wrap) and ours (tools/emulate.py submission, shipped,
+  one worker: 4 tiles of N = 256, K = 2560 = 10 K-blocks through 8 stages) with each defect of
+  tests/ptx_defects.py planted: RACE (exit 6) naming the two accesses. The known-good runs with --races are
+  test_emulator_nvidia.py's and test_emulator_submission.py's own cases (they pass --races).
+Quick: the small kernels and one kernel case per defect class; the other mode of each is `long`.
+"""
+
+import struct
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from emulator import RaceError
+from emulator.launch import execute
+from emulator.memory import GlobalMemory
+
+from test_emulator_core import HEADER
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFECTS = ROOT / "tests" / "ptx_defects.py"
+RACE_EXIT = 6
+
+# ------------------------------------------------------------------------------------------------
+# small kernels: warp 0 stores to shared memory, warp 1 loads it
+# ------------------------------------------------------------------------------------------------
+
+WRITE_THEN_READ = """
+	shr.u32 %r5, %r2, 5;
+	setp.eq.u32 %p1, %r5, 0;
+	add.s32 %r6, %r20, 64;
+	@%p1 st.shared.u32 [%r6], %r2;
+	{sync}
+	@!%p1 ld.shared.u32 %r3, [%r6];
+	mov.u32 %r3, 0;
+""" + """
+	mul.wide.u32 %rd2, %r2, 4;
+	add.s64 %rd3, %rd1, %rd2;
+	st.global.u32 [%rd3], %r3;
+	ret;
+"""
+
+MBARRIER = """
+	shr.u32 %r5, %r2, 5;
+	setp.eq.u32 %p1, %r5, 0;
+	add.s32 %r6, %r20, 64;
+	add.s32 %r7, %r20, 128;
+	mov.u32 %r8, 1;
+	setp.eq.u32 %p2, %r2, 0;
+	@%p2 mbarrier.init.shared.b64 [%r7], %r8;
+	bar.sync 0;
+	@!%p1 bra $L_consumer;
+	st.shared.u32 [%r6], %r2;
+	@%p2 mbarrier.arrive.release.cta.shared::cta.b64 _, [%r7], %r8;
+	bra $L_done;
+$L_consumer:
+{wait}
+	ld.shared.u32 %r3, [%r6];
+$L_done:
+	ret;
+"""
+SPIN = """$L_spin:
+	mbarrier.try_wait.parity.shared.b64 %p3, [%r7], 0;
+	@!%p3 bra $L_spin;"""
+
+
+def run(body: str, out: np.ndarray, *, mode: str = "eager", races: bool = False):
+    """Two warps of one CTA run `body` (test_emulator_core's header: %rd1 = out, %r2 = tid, %r20 = shared)."""
+    ptx = HEADER.format(threads=64) + body + "\n}\n"
+    memory = GlobalMemory()
+    memory.register(out.ctypes.data, out.nbytes, "out")
+    launch = SimpleNamespace(kernel_name="k", grid=(1, 1, 1), block=(64, 1, 1), cluster=(1, 1, 1), shared_bytes=1024,
+                             attributes={}, params=(struct.pack("<Q", out.ctypes.data), struct.pack("<I", 0)))
+    return execute(launch, ptx, memory, mode=mode, seed=3, step_budget=200_000, races=races)
+
+
+@pytest.mark.parametrize("mode", ["eager", "adversarial"])
+def test_bar_sync_orders_a_shared_store_before_another_warps_load(mode):
+    out = np.zeros(64, np.uint32)
+    run(WRITE_THEN_READ.format(sync="bar.sync 0;"), out, mode=mode, races=True)
+
+
+@pytest.mark.parametrize("mode", ["eager", "adversarial"])
+def test_without_the_bar_sync_the_pair_is_a_race_naming_both_lines(mode):
+    out = np.zeros(64, np.uint32)
+    with pytest.raises(RaceError) as caught:
+        run(WRITE_THEN_READ.format(sync=""), out, mode=mode, races=True)
+    text = str(caught.value)
+    assert "st.shared.u32" in text and "ld.shared.u32" in text and "warp 0" in text and "warp 1" in text
+    assert "shared 0x" in text
+
+
+@pytest.mark.parametrize("mode", ["eager", "adversarial"])
+def test_an_mbarrier_phase_orders_the_arrive_before_the_wait(mode):
+    out = np.zeros(64, np.uint32)
+    run(MBARRIER.format(wait=SPIN), out, mode=mode, races=True)
+
+
+@pytest.mark.parametrize("mode", ["eager", "adversarial"])
+def test_a_load_without_the_mbarrier_wait_is_a_race(mode):
+    out = np.zeros(64, np.uint32)
+    with pytest.raises(RaceError):
+        run(MBARRIER.format(wait=""), out, mode=mode, races=True)
+
+
+def test_detection_is_off_by_default():
+    out = np.zeros(64, np.uint32)
+    run(WRITE_THEN_READ.format(sync=""), out)
+
+
+# ------------------------------------------------------------------------------------------------
+# planted defects in NVIDIA's kernel and ours
+# ------------------------------------------------------------------------------------------------
+
+NVIDIA = {
+    "1cta": ["nvidia", "--mma-tiler", "128,128", "--cluster", "1,1", "--clusters", "2", "--mnk", "512,384,1024"],
+    "2cta": ["nvidia", "--mma-tiler", "256,128", "--cluster", "2,1", "--clusters", "1", "--mnk", "512,384,1024"],
+}
+# one worker: 4 tiles (N = 1024 in M = 256 weight tiles), 10 K-blocks of 256 through 8 stages
+OURS = ["submission", "--config", "shipped", "--workers", "1", "--spec", "m: [40]; n: [1024]; k: [2560]; g: 1; seed: 3"]
+
+# defect -> (kernels it is planted in, text the RACE line must hold)
+CASES = {
+    "early-acc-release": (["1cta", "ours"], ("tcgen05.ld", "tcgen05.mma")),
+    # the first unordered pair depends on the interleaving: the epilogue's tcgen05.ld against an MMA, its
+    # dealloc against a queued tcgen05.cp, or (ours, 2-CTA) its final arrive on the peer CTA's teardown
+    # barrier, no longer ordered after that barrier's init (the order came through the accumulator phases)
+    "no-acc-full-wait": (["1cta", "ours"], ()),
+    "no-full-wait": (["1cta", "ours"], ("cp.async.bulk.tensor",)),
+    "no-mbarrier-init-fence": (["1cta", "2cta", "ours"], ("fence.mbarrier_init", "mbarrier.init")),
+    # ours stores C from registers (st.global): no C staging in shared memory, no TMA store
+    "no-proxy-fence": (["1cta"], ("fence.proxy.async", "st.shared", "cp.async.bulk.tensor")),
+    "no-store-read-wait": (["1cta"], ("st.shared", "cp.async.bulk.tensor")),
+}
+QUICK = {("early-acc-release", "ours", "eager"), ("early-acc-release", "1cta", "adversarial"),
+         ("no-acc-full-wait", "ours", "adversarial"), ("no-full-wait", "1cta", "eager"),
+         ("no-mbarrier-init-fence", "ours", "adversarial"), ("no-mbarrier-init-fence", "2cta", "eager"),
+         ("no-proxy-fence", "1cta", "eager"), ("no-store-read-wait", "1cta", "adversarial")}
+
+
+def _params():
+    for defect, (kernels, _) in CASES.items():
+        for kernel in kernels:
+            for mode in ("eager", "adversarial"):
+                marks = () if (defect, kernel, mode) in QUICK else (pytest.mark.long,)
+                yield pytest.param(defect, kernel, mode, marks=marks, id=f"{defect}-{kernel}-{mode}")
+
+
+def emulate(args, mode: str, defect: str, timeout: int = 600):
+    command = [sys.executable, str(ROOT / "tools" / "emulate.py"), *args, "--mode", mode, "--seed", "5", "--races",
+               "--ptx-filter", f"{sys.executable} {DEFECTS} {defect}"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    lines = done.stdout.strip().splitlines()
+    assert lines, done.stderr[-3000:]
+    return done.returncode, lines[-1], done.stdout
+
+
+@pytest.mark.skipif(sys.version_info < (3, 10), reason="the DSL needs Python 3.10+")
+@pytest.mark.parametrize("defect, kernel, mode", list(_params()))
+def test_planted_defect_is_a_race(defect, kernel, mode):
+    args = OURS if kernel == "ours" else NVIDIA[kernel]
+    rc, verdict, out = emulate(args, mode, defect)
+    report = verdict if kernel != "ours" else next(line for line in out.splitlines() if line.startswith("case "))
+    if (defect, kernel, mode) == ("no-full-wait", "ours", "eager"):
+        # the MMA warp of the pair's first CTA, no longer held by its first full-barrier wait, issues its
+        # tcgen05.cp into the second CTA's tensor memory before that CTA allocated it: an ERROR at the first
+        # access, before any access it could race with (pair allocation: issue 25 item 2)
+        assert rc == 4 and "ERROR tmem" in report and "tcgen05.cp" in report, out[-3000:]
+        return
+    assert rc == RACE_EXIT and "RACE race:" in report, out[-3000:]
+    for text in CASES[defect][1]:
+        assert text in report, (text, report)
