@@ -131,7 +131,7 @@ def _rendezvous(cta) -> "tcgen05.PairRendezvous":
     return even.tmem_pair
 
 
-def _traced(w, operation, *args):
+def _as_warp(w, operation, *args):
     """operation(*args) with the tensor-memory accesses it makes attributed to warp w (race detection)."""
     trace = w.cta.grid.trace
     if trace is not None:
@@ -203,14 +203,14 @@ def _dealloc(instr, program):
     def handler(w, mask):
         address, n = int(taddr(w)[0]), int(ncols(w)[0])
         if cta_group == 1:
-            _traced(w, tcgen05.deallocate, w.cta.tmem, address, n)
+            _as_warp(w, tcgen05.deallocate, w.cta.tmem, address, n)
             w.cta.grid.progress += 1
             return None
 
         def complete(first, second):
             ctas = {c.rank: c for c in _pair(w, 2)}
             for request in (first, second):
-                _traced(request.issuer, tcgen05.deallocate, ctas[request.rank].tmem, *request.operands)
+                _as_warp(request.issuer, tcgen05.deallocate, ctas[request.rank].tmem, *request.operands)
 
         return _pair_operation(w, "dealloc", (address, n), complete)
 
