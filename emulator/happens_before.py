@@ -117,7 +117,6 @@ class HappensBefore:
         self.barrier_state: dict = {}  # id(mbarrier) -> [current phase vc, completed vc, init (agent, clock, desc)]
         self.named: dict = {}  # id(named barrier) -> [vc, waiting agents]
         self.cluster: dict = {}  # (id(cluster barrier), generation) -> [vc, waiting agents, complete]
-        self.accesses = 0
 
     # ------------------------------------------------------------------ agents and descriptions
     def _new_agent(self, label: str) -> Agent:
@@ -253,7 +252,6 @@ class HappensBefore:
         return bad if bad.any() else None
 
     def _access(self, shadow: Shadow, granules, access: Access, write: bool, where, proxies: bool = True) -> None:
-        self.accesses += 1
         kind = "write" if write else "read"
         w_agent = shadow.w_agent[granules]
         w_clock = shadow.w_clock[granules]

@@ -3,12 +3,13 @@ B200s, loud on each planted defect, in both timing modes.
 
 - Small hand-written kernels (milliseconds): the orders the detector knows (bar.sync, mbarrier phases) and
   the race each one's absence leaves.
-- NVIDIA's kernel (tools/emulate.py nvidia, M, N, K = 512, 384, 1024: 6 tiles per CTA, 4 K-blocks through
-  4 stages... and 2 accumulators, so both pipelines wrap) and ours (tools/emulate.py submission, shipped,
-  one worker: 4 tiles of N = 256, K = 2560 = 10 K-blocks through 8 stages) with each defect of
-  tests/ptx_defects.py planted: RACE (exit 6) naming the two accesses. The known-good runs with --races are
-  test_emulator_nvidia.py's and test_emulator_submission.py's own cases (they pass --races).
-Quick: the small kernels and one kernel case per defect class; the other mode of each is `long`.
+- NVIDIA's kernel (tools/emulate.py nvidia, M, N, K = 512, 384, 1024 on 2 CTAs: 6 tiles per CTA through 2
+  accumulators, the stages reused across tiles) and ours (tools/emulate.py submission, shipped, one worker:
+  4 tiles of 256 weight rows, K = 2560 = 10 K-blocks through 8 stages) with each defect of
+  tests/ptx_defects.py planted: RACE (exit 6) naming the two accesses (emulator/DESIGN.md has the table).
+  The known-good runs with --races are test_emulator_nvidia.py's and test_emulator_submission.py's own
+  cases (they pass --races), and the race found in our kernel has its own test here.
+Quick: the small kernels and one kernel case per defect class; the rest is `long`.
 """
 
 import struct
