@@ -888,6 +888,28 @@ import cutlass.utils.blackwell_helpers as sm100_utils  # noqa: E402
 import cutlass.utils.blockscaled_layout as blockscaled_utils  # noqa: E402
 from cutlass.cute.nvgpu import cpasync, tcgen05  # noqa: E402
 
+
+
+class TmemAllocator(utils.TmemAllocator):
+    """The DSL's tensor memory allocator, carried into each warp's branch without running its constructor
+    again. DSL 4.3.5's `__new_from_mlir_values__` calls `TmemAllocator(...)`, which with cta_group 2
+    re-initializes the 2-CTA dealloc mbarrier in every dynamic region the object enters: after the cluster
+    sync, unordered with the peer CTA's arrive on that barrier in `free()` (a worker of one or two tiles has
+    no other order; the emulator's --races reported it). DSL 4.5.2 passes `initialize_mbarrier=False` there;
+    this does the same on both: the copy keeps every field and takes the region's pointer values."""
+
+    def __new_from_mlir_values__(self, values):
+        from cutlass.cutlass_dsl import new_from_mlir_values
+
+        copy = object.__new__(type(self))
+        copy.__dict__.update(self.__dict__)
+        copy._alloc_result_dst_smem_ptr = new_from_mlir_values(self._alloc_result_dst_smem_ptr, [values[0]])
+        if self._is_two_cta:
+            copy._two_cta_tmem_dealloc_mbar_ptr = new_from_mlir_values(self._two_cta_tmem_dealloc_mbar_ptr,
+                                                                       [values[1]])
+        return copy
+
+
 AB_DTYPE = cutlass.Float4E2M1FN
 SF_DTYPE = cutlass.Float8E4M3FN
 ACC_DTYPE = cutlass.Float32
@@ -1385,7 +1407,7 @@ class Sm100GroupedGemm:
             cta_layout_vmnk=self.cluster_layout_vmnk,
             defer_sync=True,
         )
-        tmem = utils.TmemAllocator(
+        tmem = TmemAllocator(
             storage.tmem_address,
             barrier_for_retrieve=self.tmem_alloc_barrier,
             allocator_warp_id=EPILOGUE_WARPS[0],

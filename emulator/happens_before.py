@@ -24,13 +24,15 @@ event site); the scheduler does not know this module exists. Nothing here change
   from another CTA needs a `fence.mbarrier_init` by the initializing warp between its `mbarrier.init` and
   that signal.
 - **Shadow memory.** Shared memory in 16-byte granules per CTA, tensor memory in (32-lane quarter, column)
-  cells per CTA, global memory in 16-byte granules (writes only, in a dict). Each granule keeps its last
-  write (agent, clock, PTX line, proxy) and up to two reads by agents not ordered with each other.
+  cells per CTA, global memory in 16-byte granules per registered region (made when first accessed). Each
+  granule keeps its last write (agent, clock, PTX line, proxy) and up to two reads by agents not ordered
+  with each other. Proxies are checked in shared memory only.
 - **A race** is a pair of accesses to one granule, one a write, by different agents, the earlier not
   ordered before the later (or, across proxies, ordered without the fence). It is an EmulatorError of kind
   "race" raised at the second access, naming both PTX lines, both agents, the address and the missing order.
 
-Not seen: races inside a warp; reads of global memory by TMA loads and write-after-read in global memory;
+Not seen: races inside a warp; reads of global memory by TMA loads (TMA stores' writes and warps' loads and
+stores are seen);
 a third concurrent reader of one granule (two slots); `tcgen05.fence::before_thread_sync/after_thread_sync`
 and `tcgen05.wait::ld/st` (NVIDIA's epilogue has neither, DESIGN.md); `.relaxed`/`.release` qualifiers
 (every arrive releases, every successful wait acquires).
@@ -111,12 +113,10 @@ class HappensBefore:
         self.descs: list = []  # (agent id, PTX text) per description index
         self.desc_index: dict = {}
         self.stack: list = []  # the asynchronous operation executing now (Access), innermost last
-        self.shadows: dict = {}  # id(memory object) -> Shadow
-        self.global_shadow: dict = {}  # granule -> (agent, clock, desc)
+        self.shadows: dict = {}  # id(memory object: shared, tensor, a global region's view) -> Shadow
         self.barrier_state: dict = {}  # id(mbarrier) -> [current phase vc, completed vc, init (agent, clock, desc)]
         self.named: dict = {}  # id(named barrier) -> [vc, waiting agents]
         self.cluster: dict = {}  # (id(cluster barrier), generation) -> [vc, waiting agents, complete]
-        self.accesses = 0
 
     # ------------------------------------------------------------------ agents and descriptions
     def _new_agent(self, label: str) -> Agent:
@@ -206,21 +206,26 @@ class HappensBefore:
             self._global(starts, starts + np.array([n for _, n in spans], np.int64), access, True)
 
     def _global(self, starts, ends, access, write) -> None:
-        self.accesses += 1
-        first, last = starts // GRANULE, (ends - 1) // GRANULE
-        if (last - first > 1).any():
-            granules = np.unique(np.concatenate([np.arange(f, l + 1) for f, l in zip(first.tolist(), last.tolist())]))
+        """Bytes [starts[i], ends[i]) of global memory, shadowed per registered region."""
+        lo, hi = int(starts.min()), int(ends.max())
+        region = self.grid.global_memory.region(lo, hi - lo)
+        if region is None:  # spread over several regions (or outside all: memory.py reports that)
+            if starts.size > 1:
+                for a, b in zip(starts.tolist(), ends.tolist()):
+                    self._global(np.array([a]), np.array([b]), access, write)
+            return
+        base, view = region
+        origin = base // GRANULE
+        first, last = starts // GRANULE - origin, (ends - 1) // GRANULE - origin
+        lengths = last - first + 1
+        if (lengths == 1).all():
+            granules = np.unique(first)
         else:
-            granules = np.unique(np.concatenate([first, last]))
-        table = self.global_shadow
-        vc = access.vc
-        for g in granules.tolist():
-            prev = table.get(g)
-            if prev is not None and prev[0] != access.id and prev[1] > vc.get(prev[0], 0):
-                self._report(f"global 0x{g * GRANULE:x}", ("write", prev[2]), ("write" if write else "read", access.desc),
-                             self._missing(access, prev[0], prev[1]))
-            if write:
-                table[g] = (access.id, access.clock, access.desc)
+            offsets = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+            granules = np.unique(np.repeat(first, lengths) + offsets)
+        shadow = self._shadow(view, (base + view.size - 1) // GRANULE - origin + 1)
+        self._access(shadow, granules, access, write, lambda g: f"global 0x{(int(g) + origin) * GRANULE:x}",
+                     proxies=False)
 
     def _shadow(self, memory, granules: int) -> Shadow:
         shadow = self.shadows.get(id(memory))
@@ -229,33 +234,40 @@ class HappensBefore:
         return shadow
 
     def _unordered(self, agents, clocks, access):
-        """Boolean mask of the entries (agent, clock) not ordered before `access` (empty slots are ordered)."""
+        """Boolean mask of the entries (agent, clock) not ordered before `access` (empty slots are ordered),
+        or None when every entry is ordered."""
+        if not agents.size:
+            return None
+        low, high = int(agents.min()), int(agents.max())
+        if low == high:  # the common case: one agent wrote (or read) the whole span
+            if low < 0 or low == access.id:
+                return None
+            bad = clocks > access.vc.get(low, 0)
+            return bad if bad.any() else None
         bad = np.zeros(agents.shape, bool)
         for a in np.unique(agents).tolist():
             if a < 0 or a == access.id:
                 continue
-            sel = agents == a
-            bad |= sel & (clocks > access.vc.get(a, 0))
-        return bad
+            bad |= (agents == a) & (clocks > access.vc.get(a, 0))
+        return bad if bad.any() else None
 
-    def _access(self, shadow: Shadow, granules, access: Access, write: bool, where) -> None:
-        self.accesses += 1
+    def _access(self, shadow: Shadow, granules, access: Access, write: bool, where, proxies: bool = True) -> None:
         kind = "write" if write else "read"
         w_agent = shadow.w_agent[granules]
         w_clock = shadow.w_clock[granules]
         bad = self._unordered(w_agent, w_clock, access)
-        if bad.any():
+        if bad is not None:
             k = int(np.flatnonzero(bad)[0])
             self._report(where(granules[k]), ("write", int(shadow.w_desc[granules[k]])), (kind, access.desc),
                          self._missing(access, int(w_agent[k]), int(w_clock[k])))
-        if access.asynchronous:
+        if access.asynchronous and proxies:
             self._proxy_check(shadow, granules, w_agent, w_clock, access, kind, where)
         if write:
             for slot in (0, 1):
                 r_agent = shadow.r_agent[slot, granules]
                 r_clock = shadow.r_clock[slot, granules]
                 bad = self._unordered(r_agent, r_clock, access)
-                if bad.any():
+                if bad is not None:
                     k = int(np.flatnonzero(bad)[0])
                     self._report(where(granules[k]), ("read", int(shadow.r_desc[slot, granules[k]])),
                                  (kind, access.desc), self._missing(access, int(r_agent[k]), int(r_clock[k])))
@@ -266,8 +278,8 @@ class HappensBefore:
             shadow.r_agent[:, granules] = -1
         else:
             r_agent = shadow.r_agent[0, granules]
-            keep = self._unordered(r_agent, shadow.r_clock[0, granules], access) & (r_agent >= 0)
-            if keep.any():  # an earlier read not ordered before this one moves to the second slot
+            keep = self._unordered(r_agent, shadow.r_clock[0, granules], access)
+            if keep is not None:  # an earlier read not ordered before this one moves to the second slot
                 moved = granules[keep]
                 shadow.r_agent[1, moved] = shadow.r_agent[0, moved]
                 shadow.r_clock[1, moved] = shadow.r_clock[0, moved]

@@ -61,7 +61,8 @@ def program_for(ptx: str, kernel_name: str) -> Program:
 
 
 def execute(launch, ptx: str, memory, *, mode: str = "eager", seed: int = 0,
-            step_budget: int = DEFAULT_STEP_BUDGET, barrier_names=None, warp_roles=None, races: bool = False) -> RunStats:
+            step_budget: int = DEFAULT_STEP_BUDGET, barrier_names=None, warp_roles=None,
+            races: bool = False) -> RunStats:
     """Run one recorded launch to completion. `memory` is the GlobalMemory of the registered regions; with
     `races`, every conflicting pair of accesses must be ordered (happens_before.py: a RaceError otherwise)."""
     from .warp import Warp
