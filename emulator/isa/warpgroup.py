@@ -54,10 +54,12 @@ class WgmmaOp:
     executed: set = field(default_factory=set)  # warps whose part has run
 
     def execute(self, warp_in_group: int) -> bool:
-        """Run one warp's part (once); True when all four parts have run."""
-        if warp_in_group not in self.executed:
-            self.executed.add(warp_in_group)
-            self.parts.pop(warp_in_group)()
+        """Run one warp's part, once (eager mode ran it at issue; its wait_group finds it done). True when
+        this call ran the last of the four parts."""
+        if warp_in_group in self.executed:
+            return False
+        self.executed.add(warp_in_group)
+        self.parts.pop(warp_in_group)()
         return len(self.executed) == 4
 
 
