@@ -190,9 +190,9 @@ class FlashInferMasked:
             dequantize(self.b[group], self.sfb_values[group]).T
 
     def compare(self, atol: float = 1e-3, rtol: float = 1e-3) -> tuple:
-        """(verdict word, max error, message): FAIL on a valid row off the reference, OUTSIDE on a written
-        row of a tile past masked_m's last tile, else PASS."""
-        worst = 0.0
+        """(verdict word, (worst error / tolerance, worst absolute error) or None, message): FAIL on a valid
+        row off the reference, OUTSIDE on a written row past the rows masked_m's tiles cover, else PASS."""
+        worst = worst_ratio = 0.0
         for g, rows in enumerate(self.masked_m):
             out = self.c[g].to(torch.float64).numpy()
             first_unowned = self.rows_covered(rows)
@@ -203,10 +203,12 @@ class FlashInferMasked:
                                          f"tile (masked_m {rows}), first in row {row}")
             ref = self.reference(g)
             err = np.abs(out[:rows] - ref)
-            bad = ~(err <= atol + rtol * np.abs(ref))
+            tolerance = atol + rtol * np.abs(ref)
+            bad = ~(err <= tolerance)
             worst = max(worst, float(np.nan_to_num(err, nan=np.inf).max(initial=0.0)))
+            worst_ratio = max(worst_ratio, float(np.nan_to_num(err / tolerance, nan=np.inf).max(initial=0.0)))
             if bad.any():
                 idx = tuple(int(i) for i in np.argwhere(bad)[0])
-                return "FAIL", worst, (f"group {g}: {int(bad.sum())} of {bad.size} valid outputs wrong, first at "
-                                       f"{idx}: {out[idx]} vs {ref[idx]}")
-        return "PASS", worst, ""
+                return "FAIL", (worst_ratio, worst), (f"group {g}: {int(bad.sum())} of {bad.size} valid outputs "
+                                                      f"wrong, first at {idx}: {out[idx]} vs {ref[idx]}")
+        return "PASS", (worst_ratio, worst), ""
