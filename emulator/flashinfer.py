@@ -190,8 +190,8 @@ class FlashInferMasked:
             dequantize(self.b[group], self.sfb_values[group]).T
 
     def compare(self, atol: float = 1e-3, rtol: float = 1e-3) -> tuple:
-        """(verdict word, (worst error / tolerance, worst absolute error), message): FAIL on a valid row off
-        the reference, OUTSIDE on a written row of a tile past masked_m's last tile, else PASS."""
+        """(verdict word, (worst error / tolerance, worst absolute error) or None, message): FAIL on a valid
+        row off the reference, OUTSIDE on a written row past the rows masked_m's tiles cover, else PASS."""
         worst = worst_ratio = 0.0
         for g, rows in enumerate(self.masked_m):
             out = self.c[g].to(torch.float64).numpy()

@@ -9,7 +9,7 @@ Under CI=true a missing flashinfer-python fails instead of skipping.
   release; 0.6.17 carries a comment about CUDA error 700): the emulator reports ERROR global-bounds naming the
   PTX line. 0.6.17 runs the same case with nothing reported.
 - The kernel matches the reference in 1-CTA and 2-CTA forms, with and without multicast, in both timing
-  modes (long); 0.6.7.post3 with one element of slack registered after masked_m, so that its over-read is
+  modes, with no race reported (long, --races); 0.6.7.post3 with one element of slack registered after masked_m, so that its over-read is
   not what the run stops at.
 - A planted defect (the scale-factor column of every MMA shifted, tests/ptx_defects.py) is a FAIL.
 """
@@ -110,8 +110,9 @@ def test_scale_factor_column_shift_in_flashinfer_is_a_mismatch():
 @pytest.mark.parametrize("form", list(FORMS))
 def test_flashinfer_matches_the_exact_reference(form, mode):
     version = require(BUGGY, FIXED)
-    rc, verdict, out, seconds = emulate(*WRAP_CASE, *FORMS[form], *slack(version), "--mode", mode, "--seed", "3")
-    assert rc == 0 and verdict.startswith("PASS"), out[-3000:]
+    rc, verdict, out, seconds = emulate(*WRAP_CASE, *FORMS[form], *slack(version), "--mode", mode, "--seed", "3",
+                                        "--races")
+    assert rc == 0 and verdict.startswith("PASS") and verdict.endswith("races=0"), out[-3000:]
     assert seconds < CASE_SECONDS, f"{form} {mode}: {seconds:.0f} s"
 
 
