@@ -94,6 +94,7 @@ def test_prediction_recomputed_from_the_records(bench):
     assert e.busiest_tiles == max(end - begin for begin, end in offsets)
 
 
+@pytest.mark.long
 def test_switches_the_model_cannot_judge_get_the_shipped_figure():
     shipped = [model.predict_config(SHIPPED, b.sizes).total_us for b in BENCHES]
     for name in model.NOT_MODELED:

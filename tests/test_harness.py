@@ -410,7 +410,7 @@ DYING_SUBMISSIONS = {
 }
 
 
-@pytest.mark.parametrize("how", DYING_SUBMISSIONS)
+@pytest.mark.parametrize("how", quick_first(DYING_SUBMISSIONS))
 def test_a_dead_worker_fails_the_board_faces_test_and_the_next_one_runs(harness_dir, how):
     """The board's evaluator waits forever here (multiprocessing.Pool.apply on a dead worker)."""
     (harness_dir / "submission.py").write_text(DYING_SUBMISSIONS[how])
@@ -422,7 +422,7 @@ def test_a_dead_worker_fails_the_board_faces_test_and_the_next_one_runs(harness_
     assert "Traceback" not in done.stderr
 
 
-@pytest.mark.parametrize("how", DYING_SUBMISSIONS)
+@pytest.mark.parametrize("how", quick_first(DYING_SUBMISSIONS))
 def test_a_dead_worker_is_a_row_of_the_local_face(harness_dir, how):
     (harness_dir / "dies.py").write_text(DYING_SUBMISSIONS[how])
     (harness_dir / "two.txt").write_text(SPEC_1_GROUP + SPEC_2_GROUPS)

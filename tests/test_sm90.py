@@ -37,6 +37,7 @@ except Exception:  # without a driver only loading the cubin fails, after it is 
 """
 
 
+@pytest.mark.long  # on a Hopper GPU the quick set runs this kernel itself
 def test_compiles_to_hgmma_on_cpu(tmp_path):
     """The sm_90a cubin has pipelined HGMMAs of every wgmma N variant, RS (A in registers)."""
     import sm90_kernel
