@@ -18,6 +18,7 @@ Inputs: FP4 in every byte pattern, e4m3 scales of both signs and several exponen
 poisoned with NaN; each C must match the exact reference in every cell.
 """
 
+import importlib.metadata
 import importlib.util
 import os
 from pathlib import Path
@@ -28,6 +29,7 @@ import torch
 from .nvidia import E2M1, SF_VEC, blocked_scales, example_candidates
 
 EXAMPLE = "grouped_blockscaled_gemm.py"
+DSL_SERIES = "4.5."  # the example uses DSL APIs 4.3.5 lacks
 TENSORMAPS, TENSORMAP_BYTES = 5, 128  # per CTA: A, B, SFA, SFB, C (the example's class constants)
 
 
@@ -46,6 +48,9 @@ def example_path() -> Path:
 
 
 def _load_example():
+    dsl = importlib.metadata.version("nvidia-cutlass-dsl")
+    if not dsl.startswith(DSL_SERIES):
+        raise ExampleNotFound(f"NVIDIA's {EXAMPLE} compiles with nvidia-cutlass-dsl 4.5.2; {dsl} is installed")
     spec = importlib.util.spec_from_file_location("nvidia_grouped_blockscaled_gemm", example_path())
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

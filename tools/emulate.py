@@ -2,6 +2,8 @@
 
     python tools/emulate.py nvidia --mma-tiler 128,128 --cluster 1,1 --mnk 512,384,1024 \\
         [--clusters N] [--mode eager|adversarial] [--seed S] [--ptx-filter CMD] [--races]
+    python tools/emulate.py nvidia-grouped --groups G --mnk M,N,K [--mnk M,N,K ..] [--mma-tiler 128,128|256,128] \\
+        [--cluster CM,CN] [--clusters N] [--mode ..] [--seed S] [--ptx-filter CMD] [--races]
     python tools/emulate.py flashinfer --groups G --masked-m 100,37 --nk N,K [--mma-tiler 128,128|256,128] \\
         [--cluster CM,CN] [--clusters N] [--m-max M] [--masked-m-slack E] [--mode ..] [--seed S] [--ptx-filter CMD]
     python tools/emulate.py submission --config CONFIG --spec "m: [..]; n: [..]; k: [..]; g: G; seed: S" \\
@@ -9,10 +11,12 @@
         [--arch sm_100a|sm_90a]
 
 `nvidia` runs NVIDIA's dense_blockscaled_gemm_persistent.py (torch's copy of the CUTLASS v4.3.5 example) on
-random FP4 data and random e4m3 scales; `flashinfer` runs FlashInfer's masked grouped NVFP4 GEMM (the
-flashinfer-python installed beside this DSL, emulator/flashinfer.py) on G groups of N x K weights with
-masked_m valid rows each (one value: the same for every group), masked_m registered as exactly its G
-elements (--masked-m-slack E: E elements more); `submission` runs submission.py's B200 kernel through its real host
+random FP4 data and random e4m3 scales; `nvidia-grouped` runs NVIDIA's grouped_blockscaled_gemm.py (CUTLASS
+v4.5.0's, from flashinfer-python 0.6.17's wheel; nvidia-cutlass-dsl 4.5.2) on G groups, one --mnk per group
+(one: the same for all), through the example's own host set-up (emulator/nvidia_grouped.py); `flashinfer`
+runs FlashInfer's masked grouped NVFP4 GEMM (the flashinfer-python installed beside this DSL,
+emulator/flashinfer.py) on G groups of N x K weights with masked_m valid rows each (one value: the same for
+every group), masked_m registered as exactly its G elements (--masked-m-slack E: E elements more); `submission` runs submission.py's B200 kernel through its real host
 path (plan, schedule tables, LaunchArgs, CompiledLaunch) on the board's inputs for SPEC, with c poisoned and
 guard rows around each c. `--clusters` / `--workers` set how many clusters (pairs) the persistent grid has.
 `--ptx-filter CMD` pipes the PTX text through the shell command CMD before the emulator reads it.
