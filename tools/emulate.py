@@ -2,6 +2,8 @@
 
     python tools/emulate.py nvidia --mma-tiler 128,128 --cluster 1,1 --mnk 512,384,1024 \\
         [--clusters N] [--mode eager|adversarial] [--seed S] [--ptx-filter CMD] [--races]
+    python tools/emulate.py nvidia-grouped --groups G --mnk M,N,K [--mnk M,N,K ..] [--mma-tiler 128,128|256,128] \\
+        [--cluster CM,CN] [--clusters N] [--mode ..] [--seed S] [--ptx-filter CMD] [--races]
     python tools/emulate.py flashinfer --groups G --masked-m 100,37 --nk N,K [--mma-tiler 128,128|256,128] \\
         [--cluster CM,CN] [--clusters N] [--m-max M] [--masked-m-slack E] [--mode ..] [--seed S] [--ptx-filter CMD]
     python tools/emulate.py submission --config CONFIG --spec "m: [..]; n: [..]; k: [..]; g: G; seed: S" \\
@@ -9,10 +11,12 @@
         [--arch sm_100a|sm_90a]
 
 `nvidia` runs NVIDIA's dense_blockscaled_gemm_persistent.py (torch's copy of the CUTLASS v4.3.5 example) on
-random FP4 data and random e4m3 scales; `flashinfer` runs FlashInfer's masked grouped NVFP4 GEMM (the
-flashinfer-python installed beside this DSL, emulator/flashinfer.py) on G groups of N x K weights with
-masked_m valid rows each (one value: the same for every group), masked_m registered as exactly its G
-elements (--masked-m-slack E: E elements more); `submission` runs submission.py's B200 kernel through its real host
+random FP4 data and random e4m3 scales; `nvidia-grouped` runs NVIDIA's grouped_blockscaled_gemm.py (CUTLASS
+v4.5.0's, from flashinfer-python 0.6.17's wheel; nvidia-cutlass-dsl 4.5.2) on G groups, one --mnk per group
+(one: the same for all), through the example's own host set-up (emulator/nvidia_grouped.py); `flashinfer`
+runs FlashInfer's masked grouped NVFP4 GEMM (the flashinfer-python installed beside this DSL,
+emulator/flashinfer.py) on G groups of N x K weights with masked_m valid rows each (one value: the same for
+every group), masked_m registered as exactly its G elements (--masked-m-slack E: E elements more); `submission` runs submission.py's B200 kernel through its real host
 path (plan, schedule tables, LaunchArgs, CompiledLaunch) on the board's inputs for SPEC, with c poisoned and
 guard rows around each c. `--clusters` / `--workers` set how many clusters (pairs) the persistent grid has.
 `--ptx-filter CMD` pipes the PTX text through the shell command CMD before the emulator reads it.
@@ -70,7 +74,7 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(prog="emulate.py", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in ("nvidia", "flashinfer", "submission"):
+    for name in ("nvidia", "nvidia-grouped", "flashinfer", "submission"):
         p = sub.add_parser(name)
         p.add_argument("--mode", choices=("eager", "adversarial"), default="eager")
         p.add_argument("--seed", type=int, default=0, help="adversarial order and (nvidia) data seed")
@@ -84,6 +88,14 @@ def parse_args(argv=None):
             p.add_argument("--mnk", type=_pair, default=(512, 384, 1024), metavar="M,N,K")
             p.add_argument("--clusters", type=int, default=None, metavar="N",
                            help="max active clusters (persistent grid size; default: a few, so tiles wrap)")
+        elif name == "nvidia-grouped":
+            p.add_argument("--groups", type=int, required=True, metavar="G")
+            p.add_argument("--mnk", type=_pair, required=True, action="append", metavar="M,N,K",
+                           help="one group's shape; repeat it for each group (one: the same for all G)")
+            p.add_argument("--mma-tiler", type=_pair, default=(128, 128), metavar="M,N")
+            p.add_argument("--cluster", type=_pair, default=(1, 1), metavar="CM,CN")
+            p.add_argument("--clusters", type=int, default=None, metavar="N",
+                           help="max active clusters (persistent grid size; default 2, so tiles wrap)")
         elif name == "flashinfer":
             p.add_argument("--groups", type=int, required=True, metavar="G")
             p.add_argument("--masked-m", type=_pair, required=True, metavar="M0,M1,..",
@@ -143,6 +155,21 @@ def run_nvidia(args, emulator) -> tuple:
     out = example.output().to(torch.float64)
     ref = example.reference().to(torch.float64)
     return _compare([(out, ref, None)]), stats
+
+
+def run_nvidia_grouped(args, emulator) -> tuple:
+    from emulator.nvidia_grouped import NvidiaGrouped
+
+    problems = args.mnk * args.groups if len(args.mnk) == 1 else args.mnk
+    if len(problems) != args.groups or any(len(p) != 3 for p in problems):
+        raise ValueError(f"--mnk: {len(problems)} M,N,K shapes for --groups {args.groups}")
+    case = NvidiaGrouped(problems, mma_tiler_mn=tuple(args.mma_tiler), cluster_mn=tuple(args.cluster),
+                         seed=args.seed, max_active_clusters=args.clusters)
+    emu = emulator.Emulator(mode=args.mode, seed=args.seed, ptx_filter=args.ptx_filter,
+                            warp_roles=case.warp_roles, races=args.races, **_budget(args))
+    case.register(emu)
+    stats = emulator.combine(emu.call(case.compiled, *case.args))
+    return case.compare(ATOL, RTOL), stats
 
 
 # --------------------------------------------------------------------------------------------------
@@ -423,7 +450,7 @@ def main(argv=None) -> int:
         print(f"ERROR {text if text.startswith('setup: ') else 'setup: ' + text}", flush=True)
         return EXIT["ERROR"]
     try:
-        run = {"nvidia": run_nvidia, "flashinfer": run_flashinfer, "submission": run_submission}[args.command]
+        run = {"nvidia": run_nvidia, "nvidia-grouped": run_nvidia_grouped, "flashinfer": run_flashinfer, "submission": run_submission}[args.command]
         (word, max_error, message), stats = run(args, emulator)
     except emulator.HangError as e:
         print(e.report, flush=True)
