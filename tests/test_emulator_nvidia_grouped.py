@@ -70,6 +70,7 @@ def emulate(*args: str, timeout: int = 600):
     return done.returncode, lines[-1], done.stdout, time.perf_counter() - start
 
 
+@pytest.mark.long  # a compile of ~40 s: the quick set keeps the field-layout test only
 def test_nvidia_grouped_quick_case_matches_the_exact_reference():
     require()
     rc, verdict, out, seconds = emulate(*QUICK_CASE)
