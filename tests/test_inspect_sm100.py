@@ -367,6 +367,7 @@ def test_every_configuration_compiles_and_passes_its_checks(coverage, request):
             assert int(row["mma"]) > 0 and int(row["UTMALDG"]) > 0 and int(row["UTC*MMA"]) > 0, row
             assert int(row["mma_2cta"]) == (int(row["mma"]) if config(row["config"]).cta_group == 2 else 0), row
         assert run.returncode == 0, stdout + stderr
+        assert stdout.splitlines()[-1] == f"PASS: {len(expected)} compile(s) inspected", stdout  # the verdict last
 
 
 def run_tool(submission, tmp_path):

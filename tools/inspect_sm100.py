@@ -540,6 +540,8 @@ def main(argv=None) -> int:
     if args.keep:
         folder = f"{args.keep}/<config>" if len(configs) > 1 else str(args.keep)
         print(f"cubin, PTX and SASS of each module: {folder}/g<G>_c<module>.{{cubin,ptx,sass}}")
+    rows = len(configs) * len(args.groups)
+    print(f"FAIL: {failures} problem(s) in {rows} compile(s)" if failures else f"PASS: {rows} compile(s) inspected")
     return 1 if failures else 0
 
 
