@@ -889,7 +889,6 @@ import cutlass.utils.blockscaled_layout as blockscaled_utils  # noqa: E402
 from cutlass.cute.nvgpu import cpasync, tcgen05  # noqa: E402
 
 
-
 class TmemAllocator(utils.TmemAllocator):
     """The DSL's tensor memory allocator, carried into each warp's branch without running its constructor
     again. DSL 4.3.5's `__new_from_mlir_values__` calls `TmemAllocator(...)`, which with cta_group 2
