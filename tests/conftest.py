@@ -70,17 +70,22 @@ def expected(data):
     return reference.ref_kernel((abc, data[1], data[2], data[3]))
 
 
+def missing(message: str):
+    """Something a test needs is not installed here: one line saying what, a skip for a user, a failure under CI
+    (CI=true), where everything is installed, so that CI never hides a regression behind a skip."""
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI needs it: {message}", pytrace=False)
+    pytest.skip(message)
+
+
 def require_nvidia_example():
-    """NVIDIA's example (emulator/nvidia.py's ground truth) or, where it cannot be found, one line saying what
-    is needed: a skip for a user, a failure under CI (CI=true), so that CI never hides a regression."""
+    """NVIDIA's example (emulator/nvidia.py's ground truth), or `missing` with what is needed."""
     from emulator.nvidia import ExampleNotFound, example_path
 
     try:
         return example_path()
-    except ExampleNotFound as missing:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI needs the ground truth: {missing}", pytrace=False)
-        pytest.skip(str(missing))
+    except ExampleNotFound as not_found:
+        missing(str(not_found))
 
 
 @pytest.fixture

@@ -15,13 +15,13 @@ Under CI=true a missing flashinfer-python fails instead of skipping.
 """
 
 import importlib.metadata
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from conftest import missing
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFECTS = ROOT / "tests" / "ptx_defects.py"
@@ -42,10 +42,7 @@ def require(*versions: str) -> str:
     """The installed FlashInfer if it is one of `versions`; else skip (fail under CI when none is installed)."""
     version = installed()
     if version is None:
-        message = "flashinfer-python is not installed (requirements-test.txt; .ci/run installs it)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        missing("flashinfer-python is not installed (requirements-test.txt; .ci/run installs it)")
     if version not in versions:
         pytest.skip(f"a test of FlashInfer {' or '.join(versions)}; {version} is installed")
     return version

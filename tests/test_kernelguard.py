@@ -1,16 +1,23 @@
 """KernelGuard, the board's screen for gamed submissions (PyPI `kernelguard`, gpu-mode/kernelbot
 #473, #499, #500): submission.py must be classified "valid" under its default and strict profiles,
 run the way the board runs it, `kernelguard --api-mode < submission.py`."""
+import importlib.util
 import json
 import subprocess
 import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, missing
 
 if sys.version_info < (3, 11):
     pytest.skip("kernelguard needs Python 3.11 or later", allow_module_level=True)
+
+
+@pytest.fixture(autouse=True)
+def kernelguard_installed():
+    if importlib.util.find_spec("kernelguard") is None:
+        missing("kernelguard is not installed (pip install -r requirements.txt)")
 
 PROFILES = ("default", "strict")
 
