@@ -23,12 +23,16 @@ DEFAULT_STEP_BUDGET = 50_000_000
 _programs: dict = {}
 
 
+MODES = ("eager", "adversarial", "timed")
+
+
 @dataclass
 class RunStats:
     instructions: int
     seconds: float
     ctas: int
     warps: int
+    timing: dict | None = None  # timed mode: clock.Clock.figures() and the board time, "board_us"
 
     @property
     def rate(self) -> float:
@@ -60,12 +64,15 @@ def program_for(ptx: str, kernel_name: str) -> Program:
 
 
 def execute(launch, ptx: str, memory, *, mode: str = "eager", seed: int = 0,
-            step_budget: int = DEFAULT_STEP_BUDGET, barrier_names=None, warp_roles=None) -> RunStats:
-    """Run one recorded launch to completion. `memory` is the GlobalMemory of the registered regions."""
+            step_budget: int = DEFAULT_STEP_BUDGET, barrier_names=None, warp_roles=None, machine=None,
+            timeline=None) -> RunStats:
+    """Run one recorded launch to completion. `memory` is the GlobalMemory of the registered regions.
+    Timed mode: `machine` (machines/) sets the costs, `timeline` (timeline.Timeline) records who did what
+    when."""
     from .warp import Warp
 
-    if mode not in ("eager", "adversarial"):
-        raise EmulatorError("setup", f"mode {mode!r}: eager or adversarial")
+    if mode not in MODES:
+        raise EmulatorError("setup", f"mode {mode!r}: one of {', '.join(MODES)}")
     program = program_for(ptx, launch.kernel_name)
     kernel = program.kernel
     block = tuple(launch.block)
@@ -81,5 +88,16 @@ def execute(launch, ptx: str, memory, *, mode: str = "eager", seed: int = 0,
     for cta in grid.ctas:
         cta.warps = [Warp(cta, i, program) for i in range((threads + 31) // 32)]
         warps.extend(cta.warps)
+    if mode == "timed":
+        from .clock import Clock, board_us
+        from .machines import load
+
+        machine = load(machine or "b200")
+        grid.clock = Clock(grid, machine, step_budget=step_budget, timeline=timeline)
     run_grid(grid, warps, step_budget=step_budget)
-    return RunStats(grid.instructions, time.perf_counter() - start, len(grid.ctas), len(warps))
+    timing = None
+    if grid.clock is not None:
+        timing = grid.clock.figures()
+        timing["board_us"] = board_us(timing, grid.clock.machine)
+        timing["machine"] = grid.clock.machine.name
+    return RunStats(grid.instructions, time.perf_counter() - start, len(grid.ctas), len(warps), timing)

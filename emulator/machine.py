@@ -36,6 +36,8 @@ class MBarrier:
             self.phase += 1
             self.pending = self.expected
             machine.progress += 1
+            if machine.clock is not None:
+                machine.clock.wake(self)
 
     def arrive(self, machine, count: int = 1) -> int:
         """Returns the phase the arrival belongs to (the state token of `mbarrier.arrive`)."""
@@ -95,6 +97,8 @@ class ClusterBarrier:
             self.arrived.clear()
             self.generation += 1
             grid.progress += 1
+            if grid.clock is not None:
+                grid.clock.wake(self)
             return True
         return False
 
@@ -238,6 +242,7 @@ class Grid:
         self.progress = 0  # bumped by every synchronization event: lets the scheduler tell a hang
         self.instructions = 0
         self.pending = []  # asynchronous operations not yet delivered (see async_ops.py)
+        self.clock = None  # the timed mode's scheduler (clock.py), set by the launch
         self.clusters: list[Cluster] = []
         self.ctas: list[Cta] = []
         gx, gy, gz = config.grid

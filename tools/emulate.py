@@ -49,7 +49,13 @@ def parse_args(argv=None):
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("nvidia", "submission"):
         p = sub.add_parser(name)
-        p.add_argument("--mode", choices=("eager", "adversarial"), default="eager")
+        p.add_argument("--mode", choices=("eager", "adversarial", "timed"), default="eager")
+        p.add_argument("--time", action="store_true",
+                       help="timed mode (--mode timed): the verdict line adds the simulated board time per call")
+        p.add_argument("--machine", choices=("b200", "h200"), default=None,
+                       help="timed mode's machine description (default: the kernel's architecture's)")
+        p.add_argument("--timeline", type=Path, default=None, metavar="FILE.png",
+                       help="timed mode: draw each warp role of a few workers over time")
         p.add_argument("--seed", type=int, default=0, help="adversarial order and (nvidia) data seed")
         p.add_argument("--ptx-filter", metavar="CMD", help="shell command the PTX text is piped through")
         p.add_argument("--step-budget", type=int, default=None, metavar="N", help="warp instructions before a HANG")
@@ -78,8 +84,9 @@ def verdict(word: str, figures: str) -> int:
 def figures(max_error, stats, seconds) -> str:
     rate = stats.instructions / stats.seconds if stats.seconds else 0.0  # emulation only, not compiling
     err = "n/a" if max_error is None else f"{max_error:.3g}"
+    simulated = f" simulated {stats.timing['board_us']:.2f} us" if stats.timing else ""
     return (f"max_error={err} instructions={stats.instructions} seconds={seconds:.1f} "
-            f"rate={rate / 1e3:.0f}k_instr/s ctas={stats.ctas}")
+            f"rate={rate / 1e3:.0f}k_instr/s ctas={stats.ctas}{simulated}")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -96,7 +103,7 @@ def run_nvidia(args, emulator) -> tuple:
     example = NvidiaExample(tuple(args.mma_tiler), tuple(args.cluster), m, n, k, seed=args.seed,
                             max_active_clusters=args.clusters)
     emu = emulator.Emulator(mode=args.mode, seed=args.seed, ptx_filter=args.ptx_filter,
-                            warp_roles=example.warp_roles, **_budget(args))
+                            warp_roles=example.warp_roles, **_budget(args), **_timed(args))
     emu.register(*example.tensors)
     stats = emulator.combine(emu.call(example.compiled, *example.args))
     out = example.output().to(torch.float64)
@@ -219,7 +226,7 @@ def run_submission_case(S, spec: str, args, emulator) -> tuple:
 
     data, guards = board_inputs(spec)
     emu = emulator.Emulator(mode=args.mode, seed=args.seed, ptx_filter=args.ptx_filter,
-                            warp_roles=submission_roles(S), **_budget(args))
+                            warp_roles=submission_roles(S), **_budget(args), **_timed(args))
     outputs, stats = emulated_call(S, data, guards, emu)
     # the kernel's results, copied before the reference runs: ref_kernel writes into the same c tensors
     results = [out.to(torch.float64) for out in outputs]
@@ -253,8 +260,31 @@ def _budget(args) -> dict:
     return {} if args.step_budget is None else {"step_budget": args.step_budget}
 
 
+def _timed(args) -> dict:
+    """The Emulator's timed-mode arguments; with --timeline a fresh Timeline of the first pair of CTAs,
+    drawn after the run (the last case's, when there are several)."""
+    if args.mode != "timed":
+        return {}
+    if args.timeline is None:
+        return {"machine": args.machine}
+    from emulator.timeline import Timeline
+
+    args.recorded = Timeline(workers=(0, 1))
+    return {"machine": args.machine, "timeline": args.recorded}
+
+
+def _draw_timeline(args, word: str) -> None:
+    recorded = getattr(args, "recorded", None)
+    if recorded is not None and recorded.rows:
+        title = " ".join(a for a in sys.argv[1:] if not a.startswith("--timeline")) + f": {word}"
+        recorded.draw(args.timeline, title=title)
+        print(f"timeline: {args.timeline}", flush=True)
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.time or args.timeline:
+        args.mode = "timed"
     os.environ.setdefault("CUTE_DSL_DISABLE_FILE_CACHING", "1")
     start = time.perf_counter()
     try:
@@ -278,6 +308,7 @@ def main(argv=None) -> int:
         return 5
     if message:
         print(message, flush=True)
+    _draw_timeline(args, word)
     return verdict(word, figures(max_error, stats, time.perf_counter() - start))
 
 

@@ -17,7 +17,7 @@ where the bytes go and which mbarriers are signalled:
 - **store** (`.global.shared::cta ... .bulk_group`): the box is read from the CTA's shared memory and
   written to global memory, out-of-bounds elements skipped; it belongs to the thread's current bulk group.
   `wait_group N` (with or without `.read`) returns once at most N of the thread's groups are pending: the
-  emulator completes the older ones then (the `.read` variant's distinction, source read vs. writes
+  emulator completes the older ones then (in the timed mode the warp waits until they complete) (the `.read` variant's distinction, source read vs. writes
   visible, is not modelled: both happen at once).
 Not modelled: im2col and gather/scatter modes, `.reduce` (cp.reduce.async.bulk.tensor), 1-D bulk copies
 (`cp.async.bulk` without `.tensor`): each is an error naming the form.
@@ -30,6 +30,7 @@ import numpy as np
 from .. import tma
 from ..async_ops import AsyncOp, issue
 from ..errors import EmulatorError
+from ..machine import Wait
 from ..memory import split_shared
 from ..warp import instruction
 from .memory_ops import address_reader, resolve
@@ -125,7 +126,8 @@ def _load(instr, program):
                     cta.shared.write(d_offset, data)
                     barrier.complete_tx(w.cta.grid, count)
 
-            issue(w.cta.grid, AsyncOp(deliver, [b for _, b in deliveries], where))
+            issue(w.cta.grid, AsyncOp(deliver, [b for _, b in deliveries], where, unit="tma.load", nbytes=nbytes,
+                                      cta=w.cta, key=(int(t[lane]), box)))
 
     return handler
 
@@ -155,7 +157,7 @@ def _store(instr, program):
             def deliver(tmap=tmap, box=box, offset=offset, address=int(s[lane]), nbytes=nbytes, gm=gm):
                 tma.store_box(tmap, box, w.cta.shared.read(offset, nbytes), address, gm.write)
 
-            op = AsyncOp(deliver, (), where)
+            op = AsyncOp(deliver, (), where, unit="tma.store", nbytes=nbytes, cta=w.cta)
             w.bulk_open.setdefault(int(lane), []).append(op)
             issue(w.cta.grid, op)
 
@@ -176,13 +178,32 @@ def _wait_group(instr, program):
     limit = instr.operands[0].value
 
     def handler(w, mask):
+        timed = w.cta.grid.clock is not None
+        waiting = []
         for lane in np.flatnonzero(mask):
             groups = w.bulk_groups.get(int(lane), [])
             while len(groups) > limit:
                 for op in groups.pop(0):
-                    op.deliver(w.cta.grid)
+                    if timed:
+                        waiting += [op] if not op.delivered else []
+                    else:
+                        op.deliver(w.cta.grid)
+        return ("wait", BulkGroupWait(waiting)) if waiting else None
 
     return handler
+
+
+class BulkGroupWait(Wait):
+    """Timed mode: `cp.async.bulk.wait_group` blocks until the stores of the groups it retires complete."""
+
+    def __init__(self, ops):
+        self.ops = ops
+
+    def ready(self) -> bool:
+        return all(op.delivered for op in self.ops)
+
+    def describe(self) -> str:
+        return f"cp.async.bulk.wait_group: {sum(not op.delivered for op in self.ops)} TMA store(s) in flight"
 
 
 @instruction("cp.async.bulk", "cp.reduce.async.bulk", "cp.async.bulk.prefetch")

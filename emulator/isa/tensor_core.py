@@ -57,14 +57,17 @@ def _queue(cta) -> deque:
     return cta.tensor_pipe
 
 
-def _enqueue(w, operation) -> None:
-    """An asynchronous tensor-core operation of this CTA's pipe: now (eager) or at its commit."""
+def _enqueue(w, operation, meta: dict) -> None:
+    """An asynchronous tensor-core operation of this CTA's pipe: now (eager) or at its commit. `meta`
+    describes it for the timed mode (unit, shape, cta_group)."""
     queue = _queue(w.cta)
     w.cta.tensor_issued += 1
     if w.cta.grid.mode == "eager":
         operation()
     else:
         queue.append((w.cta.tensor_issued, operation))
+        if w.cta.grid.clock is not None:
+            w.cta.grid.clock.tensor_op(w.cta, meta)
 
 
 def _execute_through(cta, sequence: int) -> None:
@@ -154,7 +157,7 @@ def _cp(instr, program):
                 for cta in ctas:
                     tcgen05.tcgen05_cp(cta.tmem, address, _smem_reader(cta), desc, shape, multicast)
 
-            _enqueue(w, operation)
+            _enqueue(w, operation, {"unit": "tcgen05.cp", "shape": shape, "cta_group": cta_group})
 
     return handler
 
@@ -197,7 +200,9 @@ def _mma(instr, program):
                     sfa_tmem=sfa, sfb_tmem=sfb, accumulate=acc,
                     tmems=[c.tmem for c in ctas], smem_readers=[_smem_reader(c) for c in ctas])
 
-            _enqueue(w, operation)
+            shape = tcgen05.InstrDescriptor.decode(i)
+            _enqueue(w, operation, {"unit": "tcgen05.mma", "m": shape.m, "n": shape.n, "cta_group": cta_group,
+                                    "kind": kind})
 
     return handler
 
@@ -234,7 +239,7 @@ def _commit(instr, program):
                 for barrier in barriers:
                     barrier.arrive(cta.grid, 1)
 
-            issue(w.cta.grid, AsyncOp(deliver, barriers, where))
+            issue(w.cta.grid, AsyncOp(deliver, barriers, where, unit="tcgen05.commit", cta=cta))
 
     return handler
 
