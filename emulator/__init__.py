@@ -46,12 +46,14 @@ class Emulator:
     adversarial order; `ptx_filter` is a shell command the PTX text is piped through first (planted defects);
     `warp_roles` ({warp index: name}) and `barrier_names` ({shared offset: name}) label hang reports.
     Timed mode: `machine` ('b200', 'h200') names the description, `timeline` records the run (timeline.py);
-    each launch's RunStats then carries `timing` (simulated figures, "board_us" the board's time)."""
+    each launch's RunStats then carries `timing` (simulated figures, "board_us" the board's time);
+    `timing_only` skips TMA data and MMA arithmetic (same times, outputs not computed)."""
 
     def __init__(self, *, mode: str = "eager", seed: int = 0, ptx_filter: str | None = None,
                  step_budget: int = DEFAULT_STEP_BUDGET, warp_roles=None, barrier_names=None,
-                 machine: str | None = None, timeline=None):
+                 machine: str | None = None, timeline=None, timing_only: bool = False):
         self.mode = mode
+        self.timing_only = timing_only
         self.machine = machine
         self.timeline = timeline
         self.seed = seed
@@ -85,7 +87,8 @@ class Emulator:
             ptx = filter_ptx(driver.kernel_ptx(compiled, launch.kernel_name), self.ptx_filter)
             stats.append(execute(launch, ptx, self.memory, mode=self.mode, seed=self.seed,
                                  step_budget=self.step_budget, barrier_names=self.barrier_names,
-                                 warp_roles=self.warp_roles, machine=self.machine, timeline=self.timeline))
+                                 warp_roles=self.warp_roles, machine=self.machine, timeline=self.timeline,
+                                 timing_only=self.timing_only))
         return stats
 
     def call(self, compiled, *args) -> list:

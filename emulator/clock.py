@@ -19,7 +19,7 @@
   and `st.global` bytes go through the same HBM server; the grid ends when they have drained. The tensor
   pipe is one in-order queue per issuing SM (a `cta_group::2` pair's even SM): an MMA starts when issued and
   the pipe is free, occupies it for its initiation interval and completes a latency after its start
-  (per N and cta_group); `tcgen05.cp` likewise; a commit arrives `commit_latency` after everything issued
+  (per N and cta_group); `tcgen05.cp` likewise, for the shared-memory bytes it reads; a commit arrives `commit_latency` after everything issued
   before it has completed.
 - **Placement.** Clusters go to SMs as a launch places them: CTAs per SM from shared memory and threads, a
   cluster on consecutive SMs (a pair on a TPC), dispatched `cta_dispatch_us` apart; a cluster that does not
@@ -79,6 +79,8 @@ def cost_class(instr) -> str:
         return "cost_tmem_alloc"
     if op.startswith(("fence", "membar", "tcgen05.fence")):
         return "cost_fence"
+    if op.split(".")[0] in ("mov", "cvta"):
+        return "cost_move"
     return "cost_alu"
 
 
@@ -175,7 +177,7 @@ class Clock:
         self.sequence = 0
         self.current = None  # the warp issuing now
         self.event_time = 0.0  # the time of the event being delivered
-        self.waiters: dict = {}  # id(key) -> [warp]
+        self.waiters: dict = {}  # id(key) -> {warp: None}, the warps parked on key (an ordered set)
         self.blocked: set = set()
         self.hbm = Server(machine.hbm_bytes_per_us / machine.cycles(1.0))
         self.l2_server = Server(machine.l2_bytes_per_us / machine.cycles(1.0))
@@ -186,6 +188,10 @@ class Clock:
         self.cta_end: dict = {}
         self.first_pdl_wait: dict = {}  # cta -> time its first griddepcontrol.wait issued
         self.idle_progress = None
+        # The lanes of one warp that issue the same TMA store together make one copy in time (the SASS
+        # TMA instructions run on the uniform datapath, once per warp); the functional core performs each
+        # lane's, which writes the same bytes.
+        self.last_store = (None, None, 0.0)
         self.hbm_read = self.hbm_written = 0
 
     # ---------------------------------------------------------------- time
@@ -306,7 +312,7 @@ class Clock:
             self._ready(warp, warp.time)
             return
         for key in self._keys(wait):
-            self.waiters.setdefault(id(key), []).append(warp)
+            self.waiters.setdefault(id(key), {})[warp] = None
         self.blocked.add(warp)
         warp.clock_ticket += 1
         if wait.spurious_ok:
@@ -328,9 +334,8 @@ class Clock:
             if warp.wait.ready():
                 self.blocked.discard(warp)
                 self._ready(warp, max(warp.time, at))
-            else:
-                for k in self._keys(warp.wait):
-                    self.waiters.setdefault(id(k), []).append(warp)
+            elif getattr(warp.wait, "ops", None) is None:  # a barrier's other phase: wait for the next one
+                self.waiters.setdefault(id(key), {})[warp] = None
 
     def _wake_missed(self) -> bool:
         """The queue ran dry with warps blocked: wake any whose wait is ready (a completion no site
@@ -366,9 +371,12 @@ class Clock:
         unit = op.unit
         if unit == "tma.load":
             done = self._tma_load(now, op)
+        elif unit == "tma.store" and self.last_store[:2] == (now, op.key):
+            done = self.last_store[2]  # another lane of the same warp instruction: one copy (see below)
         elif unit == "tma.store":
             done = max(now + self.machine.tma_store_latency, self.hbm.serve(now, op.bytes))
             self.hbm_written += op.bytes
+            self.last_store = (now, op.key, done)
         elif unit == "tcgen05.commit":
             done = max(now, self._pipe(op.cta).done) + self.machine.commit_latency
         elif unit == "wgmma.commit":
@@ -408,7 +416,7 @@ class Clock:
             ii = max(n / 2, m.mma_ii_fixed_ss_2cta + n / 8 if pair else m.mma_ii_fixed_ss_1cta + n / 4)
             latency = n / 2 + (m.mma_latency_fixed_2cta if pair else m.mma_latency_fixed_1cta)
         elif unit == "tcgen05.cp":
-            ii, latency = m.tcgen05_cp_ii, m.tcgen05_cp_latency
+            ii, latency = meta["bytes"] / m.tcgen05_cp_bytes_per_cycle, m.tcgen05_cp_latency
         elif unit == "wgmma":
             n = meta["n"]
             ii, latency = m.wgmma_ii_per_n * n, m.wgmma_latency_fixed + n / 2

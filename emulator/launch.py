@@ -65,10 +65,11 @@ def program_for(ptx: str, kernel_name: str) -> Program:
 
 def execute(launch, ptx: str, memory, *, mode: str = "eager", seed: int = 0,
             step_budget: int = DEFAULT_STEP_BUDGET, barrier_names=None, warp_roles=None, machine=None,
-            timeline=None) -> RunStats:
+            timeline=None, timing_only: bool = False) -> RunStats:
     """Run one recorded launch to completion. `memory` is the GlobalMemory of the registered regions.
     Timed mode: `machine` (machines/) sets the costs, `timeline` (timeline.Timeline) records who did what
-    when."""
+    when; `timing_only` skips what control flow does not read (TMA data movement, MMA and tcgen05.cp
+    arithmetic): the times are the same, the outputs are not computed."""
     from .warp import Warp
 
     if mode not in MODES:
@@ -94,6 +95,9 @@ def execute(launch, ptx: str, memory, *, mode: str = "eager", seed: int = 0,
 
         machine = load(machine or "b200")
         grid.clock = Clock(grid, machine, step_budget=step_budget, timeline=timeline)
+        grid.timing_only = timing_only
+    elif timing_only:
+        raise EmulatorError("setup", "timing_only is the timed mode's fast path")
     run_grid(grid, warps, step_budget=step_budget)
     timing = None
     if grid.clock is not None:

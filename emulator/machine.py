@@ -243,6 +243,7 @@ class Grid:
         self.instructions = 0
         self.pending = []  # asynchronous operations not yet delivered (see async_ops.py)
         self.clock = None  # the timed mode's scheduler (clock.py), set by the launch
+        self.timing_only = False  # timed mode's fast path: TMA bytes and MMA arithmetic skipped (launch.py)
         self.clusters: list[Cluster] = []
         self.ctas: list[Cta] = []
         gx, gy, gz = config.grid

@@ -75,10 +75,12 @@ class Timeline:
 
         keys = sorted(self.rows, key=lambda k: (k[0], not k[1].startswith("w"), k[1]))
         states = sorted({s for k in keys for _, _, s in self.rows[k]})
-        palette = plt.get_cmap("tab20")
         fixed = {"issuing": "#2ca02c", "tma.load": "#1f77b4", "tcgen05.mma": "#ff7f0e", "tcgen05.cp": "#9467bd",
                  "tcgen05.commit": "#8c564b", "tma.store": "#17becf"}
-        colours = {s: fixed.get(s) or palette(i % 20) for i, s in enumerate(s for s in states if s not in fixed)}
+        # waits in greys, pinks and yellows: never the colours of issuing or of a unit at work
+        palette = ["#c7c7c7", "#f7b6d2", "#dbdb8d", "#7f7f7f", "#e377c2", "#bcbd22", "#ffbb78", "#c5b0d5",
+                   "#9edae5", "#c49c94", "#525252", "#fdd0a2"]
+        colours = {s: palette[i % len(palette)] for i, s in enumerate(s for s in states if s not in fixed)}
         colours.update({s: c for s, c in fixed.items() if s in states})
         us = self.machine.us if self.machine is not None else (lambda c: c)
         fig, ax = plt.subplots(figsize=(16, 0.42 * len(keys) + 2.0))

@@ -5,6 +5,16 @@
     python tools/emulate.py submission --config CONFIG --spec "m: [..]; n: [..]; k: [..]; g: G; seed: S" \\
         [--workers W] [--mode eager|adversarial] [--seed S] [--ptx-filter CMD] [--submission FILE]
 
+    python tools/emulate.py benchmarks [--kernel submission|flashinfer] [--config TEXT] [--arch sm_100a|sm_90a]
+        [--only N] [--timeline FILE.png]
+
+`--time` (or `--mode timed`) runs the timed mode (emulator/clock.py, with emulator/machines/'s description
+of the GPU): the verdict line adds `simulated X.XX us`, one call's board time (DESIGN.md, "Timed mode");
+`--timeline FILE.png` also draws the first two CTAs' warps over time; `--timing-only` skips TMA data and MMA
+arithmetic (the same times; outputs neither computed nor checked: verdict TIMED). `benchmarks` runs task.yml's four
+benchmarks timed, at the B200's worker count, each checked against the reference, and prints a geomean
+row last.
+
 `nvidia` runs NVIDIA's dense_blockscaled_gemm_persistent.py (torch's copy of the CUTLASS v4.3.5 example) on
 random FP4 data and random e4m3 scales; `submission` runs submission.py's B200 kernel through its real host
 path (plan, schedule tables, LaunchArgs, CompiledLaunch) on the board's inputs for SPEC, with c poisoned and
@@ -28,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-EXIT = {"PASS": 0, "FAIL": 1, "OUTSIDE": 2, "HANG": 3, "ERROR": 4}
+EXIT = {"PASS": 0, "TIMED": 0, "FAIL": 1, "OUTSIDE": 2, "HANG": 3, "ERROR": 4}
 ATOL = RTOL = 1e-3  # the board's check
 GUARD_ROWS = 2  # poisoned rows before and after each c
 POISON = 0x7E00  # fp16 NaN: a cell the kernel should have written and did not stays NaN
@@ -56,6 +66,11 @@ def parse_args(argv=None):
                        help="timed mode's machine description (default: the kernel's architecture's)")
         p.add_argument("--timeline", type=Path, default=None, metavar="FILE.png",
                        help="timed mode: draw each warp role of a few workers over time")
+        p.add_argument("--timing-only", action="store_true",
+                       help="timed mode's fast path: TMA data and MMA arithmetic skipped, outputs not checked "
+                            "(verdict TIMED)")
+        p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                       help="timed mode: change one constant of the machine description (a what-if run)")
         p.add_argument("--seed", type=int, default=0, help="adversarial order and (nvidia) data seed")
         p.add_argument("--ptx-filter", metavar="CMD", help="shell command the PTX text is piped through")
         p.add_argument("--step-budget", type=int, default=None, metavar="N", help="warp instructions before a HANG")
@@ -73,7 +88,22 @@ def parse_args(argv=None):
             p.add_argument("--workers", type=int, default=None, metavar="W",
                            help="co-resident workers (clusters); default: a B200's (74 pairs or 148 CTAs)")
             p.add_argument("--submission", type=Path, default=ROOT / "submission.py", metavar="FILE")
-    return parser.parse_args(argv)
+    p = sub.add_parser("benchmarks", help="task.yml's benchmarks, timed")
+    p.add_argument("--kernel", choices=("submission", "flashinfer"), default="submission")
+    p.add_argument("--config", default="shipped", metavar="TEXT", help="an SM100_CONFIG text")
+    p.add_argument("--arch", choices=("sm_100a", "sm_90a"), default="sm_100a")
+    p.add_argument("--only", type=int, default=None, metavar="N", help="only benchmark N (from 1)")
+    p.add_argument("--timeline", type=Path, default=None, metavar="FILE.png")
+    p.add_argument("--timing-only", action="store_true", help="skip TMA data and MMA arithmetic (verdict TIMED)")
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                   help="change one constant of the machine description (a what-if run)")
+    p.add_argument("--submission", type=Path, default=ROOT / "submission.py", metavar="FILE")
+    args = parser.parse_args(argv)
+    if args.command == "benchmarks":
+        args.mode, args.time, args.seed, args.ptx_filter, args.step_budget, args.workers = \
+            "timed", True, 0, None, None, None
+        args.machine = {"sm_100a": "b200", "sm_90a": "h200"}[args.arch]
+    return args
 
 
 def verdict(word: str, figures: str) -> int:
@@ -106,6 +136,8 @@ def run_nvidia(args, emulator) -> tuple:
                             warp_roles=example.warp_roles, **_budget(args), **_timed(args))
     emu.register(*example.tensors)
     stats = emulator.combine(emu.call(example.compiled, *example.args))
+    if args.timing_only:
+        return ("TIMED", None, "timing only: outputs not computed, not checked"), stats
     out = example.output().to(torch.float64)
     ref = example.reference().to(torch.float64)
     return _compare([(out, ref, None)]), stats
@@ -198,6 +230,48 @@ def run_submission(args, emulator) -> tuple:
     return (worst[0], max(errors) if errors else None, message), total
 
 
+def run_benchmarks(args, emulator) -> tuple:
+    """task.yml's benchmarks, timed: a line per benchmark (verdict, simulated board time, the clock's
+    figures), then the geomean row."""
+    import math
+
+    import eval as harness
+
+    if args.kernel == "flashinfer" or args.arch == "sm_90a":
+        what = "FlashInfer's route (emulate.py flashinfer)" if args.kernel == "flashinfer" else "the sm_90a route"
+        raise ValueError(f"benchmarks --{'kernel flashinfer' if args.kernel == 'flashinfer' else 'arch sm_90a'}: "
+                         f"{what} is not on this branch yet (issue 24); ours on sm_100a is")
+    S = load_submission(args.submission)
+    S.sm100_config(args.config)
+    S.SM100_CONFIG = args.config
+    S.DEVICE = EmulatedB200(None)
+    _, benchmarks, _ = harness.load_task(ROOT / "task.yml")
+    results, times, total = [], [], []
+    for number, entry in enumerate(benchmarks, start=1):
+        if args.only not in (None, number):
+            continue
+        spec = harness._spec_line(entry)
+        start = time.perf_counter()
+        (word, max_error, message), stats = run_submission_case(S, spec, args, emulator)
+        t = stats.timing
+        results.append((word, max_error, message))
+        total.append(stats)
+        times.append(t["board_us"])
+        print(f"benchmark {number} (G={entry['g']}, N={entry['n'][0]}, K={entry['k'][0]}) {args.config}: {word} "
+              f"simulated {t['board_us']:.2f} us (kernel {t['kernel_us']:.2f} us, prologue {t['prologue_us']:.2f} us, "
+              f"HBM read {t['hbm_read_mb']:.1f} MB, L2 hits {t['l2_hits']}/{t['l2_hits'] + t['l2_misses']}, "
+              f"tensor pipe busy {100 * t['tensor_busy']:.0f}%) seconds={time.perf_counter() - start:.1f}"
+              + (f"\n  {message}" if message else ""), flush=True)
+    geomean = math.exp(sum(math.log(x) for x in times) / len(times))
+    print(f"geomean ours {geomean:.2f} us ({args.machine.upper()} description, {len(times)} benchmark(s))",
+          flush=True)
+    worst = max(results, key=lambda r: EXIT[r[0]])
+    errors = [r[1] for r in results if r[1] is not None]
+    combined = emulator.combine(total)
+    combined.timing["board_us"] = geomean
+    return (worst[0], max(errors) if errors else None, ""), combined
+
+
 def submission_roles(S) -> dict:
     return {**{w: "epilogue" for w in S.EPILOGUE_WARPS}, S.MMA_WARP: "MMA", S.TMA_WARP: "TMA"}
 
@@ -228,6 +302,8 @@ def run_submission_case(S, spec: str, args, emulator) -> tuple:
     emu = emulator.Emulator(mode=args.mode, seed=args.seed, ptx_filter=args.ptx_filter,
                             warp_roles=submission_roles(S), **_budget(args), **_timed(args))
     outputs, stats = emulated_call(S, data, guards, emu)
+    if getattr(args, "timing_only", False):
+        return ("TIMED", None, "timing only: outputs not computed, not checked"), stats
     # the kernel's results, copied before the reference runs: ref_kernel writes into the same c tensors
     results = [out.to(torch.float64) for out in outputs]
     reference = [ref.to(torch.float64) for ref in ref_kernel(data)]
@@ -265,12 +341,23 @@ def _timed(args) -> dict:
     drawn after the run (the last case's, when there are several)."""
     if args.mode != "timed":
         return {}
+    machine = args.machine
+    if args.set:
+        from emulator.machines import load
+
+        base = load(machine or "b200")
+        try:
+            values = {k: float(v) for k, v in (item.split("=", 1) for item in args.set)}
+            machine = base.replace("--set " + " ".join(args.set), **values)
+        except (ValueError, KeyError) as e:
+            raise ValueError(f"--set {' '.join(args.set)}: NAME=VALUE with a constant of {base.name} ({e})") from None
+    options = {"machine": machine, "timing_only": args.timing_only}
     if args.timeline is None:
-        return {"machine": args.machine}
+        return options
     from emulator.timeline import Timeline
 
     args.recorded = Timeline(workers=(0, 1))
-    return {"machine": args.machine, "timeline": args.recorded}
+    return {**options, "timeline": args.recorded}
 
 
 def _draw_timeline(args, word: str) -> None:
@@ -283,7 +370,7 @@ def _draw_timeline(args, word: str) -> None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if args.time or args.timeline:
+    if args.time or args.timeline or args.timing_only:
         args.mode = "timed"
     os.environ.setdefault("CUTE_DSL_DISABLE_FILE_CACHING", "1")
     start = time.perf_counter()
@@ -297,7 +384,8 @@ def main(argv=None) -> int:
         print(f"ERROR {text if text.startswith('setup: ') else 'setup: ' + text}", flush=True)
         return EXIT["ERROR"]
     try:
-        (word, max_error, message), stats = (run_nvidia if args.command == "nvidia" else run_submission)(args, emulator)
+        run = {"nvidia": run_nvidia, "submission": run_submission, "benchmarks": run_benchmarks}[args.command]
+        (word, max_error, message), stats = run(args, emulator)
     except emulator.HangError as e:
         print(e.report, flush=True)
         return verdict("HANG", f"{e.message} seconds={time.perf_counter() - start:.1f}")
@@ -308,6 +396,11 @@ def main(argv=None) -> int:
         return 5
     if message:
         print(message, flush=True)
+    if stats.timing:
+        import json
+
+        print("timing: " + json.dumps({k: round(v, 4) if isinstance(v, float) else v
+                                       for k, v in stats.timing.items()}), flush=True)
     _draw_timeline(args, word)
     return verdict(word, figures(max_error, stats, time.perf_counter() - start))
 

@@ -46,6 +46,14 @@ class Machine:
         except KeyError:
             raise AttributeError(f"{self.name} has no constant {key!r}") from None
 
+    def replace(self, note: str, **values) -> "Machine":
+        """A variant with some values changed (tests, what-if runs): each changed one tagged E with `note`."""
+        constants = dict(self.constants)
+        for key, value in values.items():
+            old = constants[key]
+            constants[key] = Constant(value, old.unit, "E", f"{note} (was {old.value:g}, {old.tag})")
+        return Machine(f"{self.name} ({note})", self.arch, constants)
+
     def us(self, cycles: float) -> float:
         return cycles / (self.clock_ghz * 1e3)
 
@@ -62,8 +70,10 @@ class Machine:
         return "\n".join(rows)
 
 
-def load(name: str) -> Machine:
-    """'b200' or 'h200' (or an architecture: 'sm_100a', 'sm_90a')."""
+def load(name) -> Machine:
+    """'b200' or 'h200' (or an architecture: 'sm_100a', 'sm_90a'); a Machine is returned as it is."""
+    if isinstance(name, Machine):
+        return name
     key = {"sm_100a": "b200", "sm_90a": "h200"}.get(name.lower(), name.lower())
     if key == "b200":
         from .b200 import B200

@@ -12,12 +12,14 @@ B200 = Machine("B200", "sm_100a", {
     "max_threads_per_sm": C(2048, "threads", "S", "CUDA occupancy limits, sm_100"),
     "l2_bytes": C(132644864, "bytes", "S", "126.5 MiB [SA-repo] L2_SIZE (1)"),
     # per-warp issue costs: the time from one instruction's issue to the next one's in the same warp
-    "cost_alu": C(4, "cycles", "E", "dependent-issue latency of integer/FP32 pipes on Hopper and Blackwell; "
-                  "no B200 figure (one warp per scheduler assumed: no issue contention)"),
+    "cost_alu": C(2, "cycles", "E", "a warp instruction on a 16-lane INT/FP32 pipe: 2 cycles; independent ones "
+                  "issue back to back, a dependent one waits ~4 (no B200 figure; one warp per scheduler assumed: "
+                  "no issue contention)"),
+    "cost_move": C(1, "cycles", "E", "register moves and address conversions: ptxas removes most of them"),
     "cost_shared": C(30, "cycles", "E", "L1 hit 40 cycles [MD] (4) less the address path"),
     "cost_param": C(4, "cycles", "E", "constant bank read, as an ALU operand"),
     "cost_global_load": C(295, "cycles", "M", "L2 hit latency, pointer chase [MD] (4): a load used at once"),
-    "cost_global_store": C(4, "cycles", "E", "issue only: a store does not stall the warp"),
+    "cost_global_store": C(2, "cycles", "E", "issue only: a store does not stall the warp"),
     "cost_shfl": C(6, "cycles", "E", "shuffle latency (no B200 figure)"),
     "cost_mbarrier": C(32, "cycles", "E", "H200: 64 cycles per arrive + try_wait pair in one thread (Table 2)"),
     "cost_named_barrier": C(21, "cycles", "E", "H200 bar.sync of 128 threads: 20.7 cycles (Table 2)"),
@@ -42,7 +44,9 @@ B200 = Machine("B200", "sm_100a", {
     "mma_latency_fixed_1cta": C(136, "cycles", "M", "SS 1-CTA M=128: latency = N/2 + 136 [SA-repo] (2)"),
     "mma_latency_fixed_2cta": C(173, "cycles", "M", "SS 2-CTA M=256: 205/237/301 at N=64/128/256 = "
                                 "N/2 + 173 [SA-repo] (2)"),
-    "tcgen05_cp_ii": C(68, "cycles", "M", "marginal cost per extra tcgen05.cp [MODAL-UTC] (5)"),
+    "tcgen05_cp_bytes_per_cycle": C(60, "bytes/cycle", "E", "[MODAL-UTC]'s ~68 cycles marginal per copy, its "
+                                    "shape not stated, read as a 128x256b copy (4 KiB) (5); a copy occupies the pipe "
+                                    "for the shared-memory bytes it reads at this rate"),
     "tcgen05_cp_latency": C(116, "cycles", "M", "168 for one copy incl. commit + wait, less the 52-cycle "
                             "barrier round trip [MODAL-UTC] (5)"),
     "commit_latency": C(52, "cycles", "M", "commit + mbarrier round trip in [MODAL-UTC]'s tcgen05.cp test (5)"),
