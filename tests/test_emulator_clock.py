@@ -175,3 +175,18 @@ def test_benchmark_timed_at_the_real_worker_count(number):
                           cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"benchmark {number}" in done.stdout and "PASS" in done.stdout
+
+
+def test_validate_timing_reads_eval_output_and_holds_out_what_it_does_not_fit(tmp_path, capsys):
+    sys.path.insert(0, str(ROOT / "tools"))
+    import validate_timing as vt
+
+    table = tmp_path / "task.txt"
+    table.write_text("bench  mean us  median us\n  1   111.23   111.22  x\n  4    16.17    16.14  y\n")
+    rows = vt.read_eval_output(f"{table}:task:shipped,jobs=weight_blocks")
+    assert rows == [("task 1", "shipped,jobs=weight_blocks", 111.23), ("task 4", "shipped,jobs=weight_blocks", 16.17)]
+    assert vt.spec_of("task 4").startswith("m: [128, 384]")
+    # simulated 10 us short on both: fitted on row 1 alone, the gap shift (+10) makes row 2 exact
+    vt.report([("task 1", "shipped", 111.0, 101.0), ("task 4", "shipped", 16.0, 6.0)], {1}, markdown=False)
+    out = capsys.readouterr().out
+    assert "fitted: launch gap +10.00 us" in out and "held out: 1 cases, RMS error 0.0%" in out
