@@ -207,12 +207,11 @@ class Clock:
         self._push(time, RUN, warp, warp.clock_ticket)
 
     # ---------------------------------------------------------------- placement
-    def place(self, warps) -> None:
+    def place(self) -> None:
         """Clusters onto SMs in launch order; warps start when their CTA is dispatched."""
         m, grid = self.machine, self.grid
         shared = grid.config.shared_bytes + sum(v.size for v in grid.kernel.shared) + 1024
         per_sm = max(1, min(int(m.smem_per_sm) // max(shared, 1), int(m.max_threads_per_sm) // grid.ctas[0].threads))
-        size = len(grid.clusters[0].ctas)
         self.slots = [per_sm] * int(m.sm_count)  # free CTA slots per SM
         self.waiting = list(grid.clusters)
         self.dispatched = 0
@@ -248,7 +247,7 @@ class Clock:
         for w in warps:
             w.clock_ticket = 0
             w.time = 0.0
-        self.place(warps)
+        self.place()
         grid = self.grid
         while True:
             if not self.queue:
