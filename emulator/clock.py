@@ -303,7 +303,10 @@ class Clock:
     @staticmethod
     def _keys(wait) -> list:
         ops = getattr(wait, "ops", None)
-        return [op for op in ops if not op.delivered] if ops is not None else [wait.barrier]
+        if ops is not None:
+            return [op for op in ops if not op.delivered]
+        # a barrier, or (tensor_core.PairWait) the cta_group::2 request the peer CTA's warp completes
+        return [wait.request] if hasattr(wait, "request") else [wait.barrier]
 
     def _park(self, warp) -> None:
         wait = warp.wait

@@ -158,6 +158,8 @@ def _pair_operation(w, operation: str, operands: tuple, complete, destination: i
         return ("wait", PairWait(request, peer.rank))
     complete(first, request)
     first.done = request.done = True
+    if w.cta.grid.clock is not None:  # timed mode: the peer's warp, parked on its request, resumes
+        w.cta.grid.clock.wake(first)
     w.cta.grid.progress += 1
     return None
 
