@@ -22,7 +22,9 @@ The parts, laid out like the machine (STYLE.md section 4):
 | memory.py | global (registered host memory, bounds-checked), shared (per CTA, cluster-addressed), param |
 | machine.py | Grid > Cluster > Cta > Warp, mbarriers, named and cluster barriers |
 | scheduler.py | the cooperative warp scheduler, hang detection and its report |
-| async_ops.py | when TMA and tensor-core work completes: eager or adversarial |
+| clock.py | the timed scheduler: a discrete-event clock (issue costs, TMA, HBM/L2, tensor pipe, placement) |
+| machines/ | GPUs as data: every constant of the timed mode with its source (b200.py, h200.py) |
+| async_ops.py | when TMA and tensor-core work completes: eager, adversarial or timed |
 | tma.py | tensor maps (the 128-byte descriptor), box loads and stores, swizzles |
 | tcgen05.py | tensor memory, matrix and instruction descriptors, block-scaled MMA, tcgen05.cp/ld layouts |
 | wgmma.py | sm_90a's warpgroup MMA: matrix descriptors, register fragment layouts, f16 MMA arithmetic |
@@ -43,16 +45,23 @@ from .memory import GlobalMemory
 
 
 class Emulator:
-    """Runs the launches a DSL call makes. `mode`: 'eager' or 'adversarial'; `seed` fixes the adversarial
-    order; `ptx_filter` is a shell command the PTX text is piped through first (planted defects);
+    """Runs the launches a DSL call makes. `mode`: 'eager', 'adversarial' or 'timed'; `seed` fixes the
+    adversarial order; `ptx_filter` is a shell command the PTX text is piped through first (planted defects);
     `warp_roles` ({warp index: name}) and `barrier_names` ({shared offset: name}) label hang reports;
     `races` turns on happens-before race detection (happens_before.py): an unordered pair of conflicting
-    accesses raises a RaceError (an EmulatorError of kind "race") naming both PTX lines."""
+    accesses raises a RaceError (an EmulatorError of kind "race") naming both PTX lines.
+    Timed mode: `machine` ('b200', 'h200') names the description, `timeline` records the run (timeline.py);
+    each launch's RunStats then carries `timing` (simulated figures, "board_us" the board's time);
+    `timing_only` skips TMA data and MMA arithmetic (same times, outputs not computed)."""
 
     def __init__(self, *, mode: str = "eager", seed: int = 0, ptx_filter: str | None = None,
-                 step_budget: int = DEFAULT_STEP_BUDGET, warp_roles=None, barrier_names=None, races: bool = False):
+                 step_budget: int = DEFAULT_STEP_BUDGET, warp_roles=None, barrier_names=None, races: bool = False,
+                 machine: str | None = None, timeline=None, timing_only: bool = False):
         self.mode = mode
         self.races = races
+        self.timing_only = timing_only
+        self.machine = machine
+        self.timeline = timeline
         self.seed = seed
         self.ptx_filter = ptx_filter
         self.step_budget = step_budget
@@ -84,7 +93,8 @@ class Emulator:
             ptx = filter_ptx(driver.kernel_ptx(compiled, launch.kernel_name), self.ptx_filter)
             stats.append(execute(launch, ptx, self.memory, mode=self.mode, seed=self.seed,
                                  step_budget=self.step_budget, barrier_names=self.barrier_names,
-                                 warp_roles=self.warp_roles, races=self.races))
+                                 warp_roles=self.warp_roles, races=self.races, machine=self.machine,
+                                 timeline=self.timeline, timing_only=self.timing_only))
         return stats
 
     def call(self, compiled, *args) -> list:
@@ -97,6 +107,10 @@ class Emulator:
 
 
 def combine(stats: list) -> RunStats:
-    """One RunStats for several launches."""
+    """One RunStats for several launches (timed: launches run back to back, their board times add)."""
+    timing = None
+    if stats and all(s.timing for s in stats):
+        timing = dict(stats[-1].timing, board_us=sum(s.timing["board_us"] for s in stats),
+                      kernel_us=sum(s.timing["kernel_us"] for s in stats))
     return RunStats(sum(s.instructions for s in stats), sum(s.seconds for s in stats),
-                    sum(s.ctas for s in stats), sum(s.warps for s in stats))
+                    sum(s.ctas for s in stats), sum(s.warps for s in stats), timing)

@@ -15,6 +15,8 @@ Each issued operation becomes an `AsyncOp`; the run's mode decides when it is de
   instructions"); a TMA store reads shared memory when its bulk group is waited for.
   A kernel that reads a stage before its full barrier, or refills a stage before its empty barrier, then
   reads or writes the wrong bytes.
+- **timed** (clock.py): when the unit that performs it would finish, from the machine description; the
+  metadata each issue site gives (`unit`, `bytes`, `cta`, `key`, ...) is what the clock times it by.
 """
 
 from __future__ import annotations
@@ -23,13 +25,21 @@ from __future__ import annotations
 class AsyncOp:
     """One asynchronous operation: `deliver()` performs it (memory effects, then barrier signals).
     `barriers` are the mbarriers it signals, `issuer` the PTX line and warp that issued it, `agent` the race
-    detector's record of who performs it (happens_before.Access; None when detection is off)."""
+    detector's record of who performs it (happens_before.Access; None when detection is off). The rest
+    describes the work for the timed mode: `unit` ('tma.load', 'tma.store', 'tcgen05.commit', ...), `bytes`
+    moved, the issuing `cta`, and `key`, what identifies the bytes read (a TMA box: tensor map and
+    coordinates; L2 hits are matched on it)."""
 
-    def __init__(self, deliver, barriers=(), issuer: str = "", agent=None):
+    def __init__(self, deliver, barriers=(), issuer: str = "", agent=None, *, unit: str = "", nbytes: int = 0,
+                 cta=None, key=None):
         self._deliver = deliver
         self.barriers = tuple(barriers)
         self.issuer = issuer
         self.agent = agent
+        self.unit = unit
+        self.bytes = nbytes
+        self.cta = cta
+        self.key = key
         self.delivered = False
 
     def deliver(self, grid) -> None:
@@ -43,11 +53,15 @@ class AsyncOp:
         grid.trace.begin(self.agent)
         self._deliver()
         grid.trace.end()
+        if grid.clock is not None:
+            grid.clock.wake(self)
 
 
 def issue(grid, op: AsyncOp) -> None:
     if grid.mode == "eager":
         op.deliver(grid)
+    elif grid.clock is not None:
+        grid.clock.schedule(op)
     else:
         grid.pending.append(op)
 

@@ -24,12 +24,16 @@ DEFAULT_STEP_BUDGET = 50_000_000
 _programs: dict = {}
 
 
+MODES = ("eager", "adversarial", "timed")
+
+
 @dataclass
 class RunStats:
     instructions: int
     seconds: float
     ctas: int
     warps: int
+    timing: dict | None = None  # timed mode: clock.Clock.figures() and the board time, "board_us"
 
     @property
     def rate(self) -> float:
@@ -61,14 +65,17 @@ def program_for(ptx: str, kernel_name: str) -> Program:
 
 
 def execute(launch, ptx: str, memory, *, mode: str = "eager", seed: int = 0,
-            step_budget: int = DEFAULT_STEP_BUDGET, barrier_names=None, warp_roles=None,
-            races: bool = False) -> RunStats:
+            step_budget: int = DEFAULT_STEP_BUDGET, barrier_names=None, warp_roles=None, races: bool = False,
+            machine=None, timeline=None, timing_only: bool = False) -> RunStats:
     """Run one recorded launch to completion. `memory` is the GlobalMemory of the registered regions; with
-    `races`, every conflicting pair of accesses must be ordered (happens_before.py: a RaceError otherwise)."""
+    `races`, every conflicting pair of accesses must be ordered (happens_before.py: a RaceError otherwise).
+    Timed mode: `machine` (machines/) sets the costs, `timeline` (timeline.Timeline) records who did what
+    when; `timing_only` skips what control flow does not read (TMA data movement, MMA and tcgen05.cp
+    arithmetic): the times are the same, the outputs are not computed."""
     from .warp import Warp
 
-    if mode not in ("eager", "adversarial"):
-        raise EmulatorError("setup", f"mode {mode!r}: eager or adversarial")
+    if mode not in MODES:
+        raise EmulatorError("setup", f"mode {mode!r}: one of {', '.join(MODES)}")
     check_launch(launch)  # what the impersonated GPU's driver refuses never runs
     program = program_for(ptx, launch.kernel_name)
     kernel = program.kernel
@@ -85,5 +92,19 @@ def execute(launch, ptx: str, memory, *, mode: str = "eager", seed: int = 0,
     for cta in grid.ctas:
         cta.warps = [Warp(cta, i, program) for i in range((threads + 31) // 32)]
         warps.extend(cta.warps)
+    if mode == "timed":
+        from .clock import Clock, board_us
+        from .machines import load
+
+        machine = load(machine or "b200")
+        grid.clock = Clock(grid, machine, step_budget=step_budget, timeline=timeline)
+        grid.timing_only = timing_only
+    elif timing_only:
+        raise EmulatorError("setup", "timing_only is the timed mode's fast path")
     run_grid(grid, warps, step_budget=step_budget)
-    return RunStats(grid.instructions, time.perf_counter() - start, len(grid.ctas), len(warps))
+    timing = None
+    if grid.clock is not None:
+        timing = grid.clock.figures()
+        timing["board_us"] = board_us(timing, grid.clock.machine)
+        timing["machine"] = grid.clock.machine.name
+    return RunStats(grid.instructions, time.perf_counter() - start, len(grid.ctas), len(warps), timing)

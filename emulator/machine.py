@@ -38,6 +38,8 @@ class MBarrier:
             machine.progress += 1
             if machine.trace is not None:
                 machine.trace.phase_complete(self)
+            if machine.clock is not None:
+                machine.clock.wake(self)
 
     def arrive(self, machine, count: int = 1) -> int:
         """Returns the phase the arrival belongs to (the state token of `mbarrier.arrive`)."""
@@ -99,6 +101,8 @@ class ClusterBarrier:
                 grid.trace.cluster_complete(self, self.generation)
             self.generation += 1
             grid.progress += 1
+            if grid.clock is not None:
+                grid.clock.wake(self)
             return True
         return False
 
@@ -249,6 +253,8 @@ class Grid:
             from .happens_before import HappensBefore
 
             self.trace = HappensBefore(self)
+        self.clock = None  # the timed mode's scheduler (clock.py), set by the launch
+        self.timing_only = False  # timed mode's fast path: TMA bytes and MMA arithmetic skipped (launch.py)
         self.clusters: list[Cluster] = []
         self.ctas: list[Cta] = []
         gx, gy, gz = config.grid

@@ -1,4 +1,7 @@
-"""The warp scheduler: cooperative, every warp of every CTA of the grid interleaved.
+"""The warp scheduler: cooperative, every warp of every CTA of the grid interleaved. Three schedulers share
+the functional core, as gem5's atomic and timing modes share its memory interface: eager and adversarial
+(here), and timed (clock.py: a discrete-event clock that decides when each warp issues and each
+asynchronous operation completes).
 
 Each warp runs until it blocks (a `Wait`: an incomplete mbarrier phase, a `bar.sync` or
 `barrier.cluster.wait` not complete) or its time slice ends; then another runs. Eager mode runs ready warps
@@ -23,6 +26,10 @@ ADVERSARIAL_MAX_SLICE = 48
 
 
 def run_grid(grid, warps, *, step_budget: int) -> None:
+    if grid.clock is not None:
+        grid.clock.run(warps)
+        finish(grid)
+        return
     adversarial = grid.mode == "adversarial"
     rng = grid.rng
     ready = deque(warps)

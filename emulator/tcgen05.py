@@ -352,6 +352,12 @@ def _gather(reader, addresses: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------------------------------
 
 
+def cp_source_bytes(shape: str) -> int:
+    """Shared-memory bytes one tcgen05.cp of `shape` ("LANESxBITSb") reads (9.7.16.8.4)."""
+    lanes, bits = shape.rstrip("b").split("x")
+    return int(lanes) * int(bits) // 8
+
+
 def tcgen05_cp(tmem: TensorMemory, address: int, read_smem, desc: int, shape: str, multicast: str) -> None:
     """tcgen05.cp [taddr], s-desc (9.7.16.8.4): only 32x128b with .warpx4 is modelled."""
     if shape != "32x128b" or multicast != "warpx4":

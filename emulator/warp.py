@@ -266,6 +266,8 @@ class Warp:
         self.cluster_arrival = None  # barrier.cluster generation this warp arrived in, until it waits
         self.bulk_open = {}  # lane -> TMA stores not yet committed to a bulk group (bulk_copy.py)
         self.bulk_groups = {}  # lane -> committed bulk groups, oldest first
+        self.time = 0.0  # timed mode: this warp's local time in cycles (clock.py)
+        self.clock_ticket = 0  # timed mode: which of this warp's queue entries is current (clock.py)
         self.label = f"{cta.label} warp {warp_id}"
 
     @property
@@ -279,13 +281,19 @@ class Warp:
     def where(self, index: int | None = None) -> str:
         return f"{self.program.where(self.last_index if index is None else index)}; {self.label} ({self.role})"
 
-    def run(self, budget: int) -> int:
-        """Execute up to `budget` instructions; stop early when blocked or done. Returns the count."""
+    def run(self, budget: int, clock=None, horizon: float = 0.0) -> int:
+        """Execute up to `budget` instructions; stop early when blocked or done. Returns the count.
+        Timed mode (`clock`, clock.py): each instruction issues at `self.time`, which then advances by the
+        instruction's cost; the warp stops before issuing past `horizon` (the next event anywhere)."""
         program = self.program
         steps, guards, aligned = program.steps, program.guards, program.aligned
         instructions = program.kernel.instructions
+        if clock is not None:
+            costs, store_bytes, pdl_wait = clock.costs, clock.store_bytes, clock.pdl_wait
         count = 0
         while count < budget:
+            if clock is not None and self.time > horizon:
+                return count
             if self.lane_pc is None:
                 pc = self.pc
                 mask = self.alive
@@ -314,6 +322,12 @@ class Warp:
                     e.where = self.where(pc)
                     e.args = (f"{e.kind}: {e.message} ({e.where})",)
                 raise
+            if clock is not None:
+                if store_bytes[pc]:
+                    clock.stored(self, pc, int(exec_mask.sum()))
+                elif pdl_wait[pc]:
+                    clock.griddepcontrol_wait(self)
+                self.time += costs[pc]
             if result is None:
                 self._advance(mask, pc + 1)
                 continue

@@ -10,6 +10,16 @@
         [--workers W] [--mode eager|adversarial] [--seed S] [--ptx-filter CMD] [--submission FILE] [--races]
         [--arch sm_100a|sm_90a]
 
+    python tools/emulate.py benchmarks [--kernel submission|flashinfer] [--config TEXT] [--arch sm_100a|sm_90a]
+        [--only N] [--timeline FILE.png]
+
+`--time` (or `--mode timed`) runs the timed mode (emulator/clock.py, with emulator/machines/'s description
+of the GPU): the verdict line adds `simulated X.XX us`, one call's board time (DESIGN.md, "Timed mode");
+`--timeline FILE.png` also draws the first two CTAs' warps over time; `--timing-only` skips TMA data and MMA
+arithmetic (the same times; outputs neither computed nor checked: verdict TIMED). `benchmarks` runs task.yml's four
+benchmarks timed, at the B200's worker count, each checked against the reference, and prints a geomean
+row last.
+
 `nvidia` runs NVIDIA's dense_blockscaled_gemm_persistent.py (torch's copy of the CUTLASS v4.3.5 example) on
 random FP4 data and random e4m3 scales; `nvidia-grouped` runs NVIDIA's grouped_blockscaled_gemm.py (CUTLASS
 v4.5.0's, from flashinfer-python 0.6.17's wheel; nvidia-cutlass-dsl 4.5.2) on G groups, one --mnk per group
@@ -54,7 +64,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-EXIT = {"PASS": 0, "FAIL": 1, "OUTSIDE": 2, "HANG": 3, "ERROR": 4, "RACE": 6}
+EXIT = {"PASS": 0, "TIMED": 0, "FAIL": 1, "OUTSIDE": 2, "HANG": 3, "ERROR": 4, "RACE": 6}
 ARCH_GPU = {"sm_100a": "B200", "sm_90a": "H200"}  # --arch -> the GPU the stub driver answers as
 ATOL = RTOL = 1e-3  # the board's check
 GUARD_ROWS = 2  # poisoned rows before and after each c
@@ -76,7 +86,18 @@ def parse_args(argv=None):
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("nvidia", "nvidia-grouped", "flashinfer", "submission"):
         p = sub.add_parser(name)
-        p.add_argument("--mode", choices=("eager", "adversarial"), default="eager")
+        p.add_argument("--mode", choices=("eager", "adversarial", "timed"), default="eager")
+        p.add_argument("--time", action="store_true",
+                       help="timed mode (--mode timed): the verdict line adds the simulated board time per call")
+        p.add_argument("--machine", choices=("b200", "h200"), default=None,
+                       help="timed mode's machine description (default: the kernel's architecture's)")
+        p.add_argument("--timeline", type=Path, default=None, metavar="FILE.png",
+                       help="timed mode: draw each warp role of a few workers over time")
+        p.add_argument("--timing-only", action="store_true",
+                       help="timed mode's fast path: TMA data and MMA arithmetic skipped, outputs not checked "
+                            "(verdict TIMED)")
+        p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                       help="timed mode: change one constant of the machine description (a what-if run)")
         p.add_argument("--seed", type=int, default=0, help="adversarial order and (nvidia) data seed")
         p.add_argument("--ptx-filter", metavar="CMD", help="shell command the PTX text is piped through")
         p.add_argument("--step-budget", type=int, default=None, metavar="N", help="warp instructions before a HANG")
@@ -119,7 +140,24 @@ def parse_args(argv=None):
             p.add_argument("--submission", type=Path, default=ROOT / "submission.py", metavar="FILE")
             p.add_argument("--arch", choices=tuple(ARCH_GPU), default="sm_100a",
                            help="sm_100a: the B200 kernel; sm_90a: the Hopper kernel on an emulated H200")
-    return parser.parse_args(argv)
+    p = sub.add_parser("benchmarks", help="task.yml's benchmarks, timed")
+    p.add_argument("--kernel", choices=("submission", "flashinfer"), default="submission")
+    p.add_argument("--config", default="shipped", metavar="TEXT", help="an SM100_CONFIG text")
+    p.add_argument("--arch", choices=tuple(ARCH_GPU), default="sm_100a")
+    p.add_argument("--only", type=int, default=None, metavar="N", help="only benchmark N (from 1)")
+    p.add_argument("--timeline", type=Path, default=None, metavar="FILE.png")
+    p.add_argument("--timing-only", action="store_true", help="skip TMA data and MMA arithmetic (verdict TIMED)")
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                   help="change one constant of the machine description (a what-if run)")
+    p.add_argument("--submission", type=Path, default=ROOT / "submission.py", metavar="FILE")
+    args = parser.parse_args(argv)
+    if args.command == "benchmarks":
+        args.mode, args.time, args.seed, args.ptx_filter, args.step_budget, args.workers = \
+            "timed", True, 0, None, None, None
+        args.races = False
+    if hasattr(args, "arch") and getattr(args, "machine", None) is None:  # the kernel's architecture's
+        args.machine = {"sm_100a": "b200", "sm_90a": "h200"}[args.arch]
+    return args
 
 
 def verdict(word: str, figures: str) -> int:
@@ -131,8 +169,9 @@ def figures(errors, stats, seconds, races: bool = False) -> str:
     """`errors`: (worst error / tolerance, worst absolute error), or None where no output was compared."""
     rate = stats.instructions / stats.seconds if stats.seconds else 0.0  # emulation only, not compiling
     err = "error/tol=n/a" if errors is None else f"error/tol={errors[0]:.3g} max_abs_error={errors[1]:.3g}"
+    simulated = f" simulated {stats.timing['board_us']:.2f} us" if stats.timing else ""
     return (f"{err} instructions={stats.instructions} seconds={seconds:.1f} "
-            f"rate={rate / 1e3:.0f}k_instr/s ctas={stats.ctas}" + (" races=0" if races else ""))
+            f"rate={rate / 1e3:.0f}k_instr/s ctas={stats.ctas}" + (" races=0" if races else "") + simulated)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -148,10 +187,11 @@ def run_nvidia(args, emulator) -> tuple:
     m, n, k = args.mnk
     example = NvidiaExample(tuple(args.mma_tiler), tuple(args.cluster), m, n, k, seed=args.seed,
                             max_active_clusters=args.clusters)
-    emu = emulator.Emulator(mode=args.mode, seed=args.seed, ptx_filter=args.ptx_filter,
-                            warp_roles=example.warp_roles, races=args.races, **_budget(args))
+    emu = make_emulator(args, emulator, example.warp_roles)
     emu.register(*example.tensors)
     stats = emulator.combine(emu.call(example.compiled, *example.args))
+    if args.timing_only:
+        return TIMING_ONLY, stats
     out = example.output().to(torch.float64)
     ref = example.reference().to(torch.float64)
     return _compare([(out, ref, None)]), stats
@@ -165,11 +205,10 @@ def run_nvidia_grouped(args, emulator) -> tuple:
         raise ValueError(f"--mnk: {len(problems)} M,N,K shapes for --groups {args.groups}")
     case = NvidiaGrouped(problems, mma_tiler_mn=tuple(args.mma_tiler), cluster_mn=tuple(args.cluster),
                          seed=args.seed, max_active_clusters=args.clusters)
-    emu = emulator.Emulator(mode=args.mode, seed=args.seed, ptx_filter=args.ptx_filter,
-                            warp_roles=case.warp_roles, races=args.races, **_budget(args))
+    emu = make_emulator(args, emulator, case.warp_roles)
     case.register(emu)
     stats = emulator.combine(emu.call(case.compiled, *case.args))
-    return case.compare(ATOL, RTOL), stats
+    return (TIMING_ONLY if args.timing_only else case.compare(ATOL, RTOL)), stats
 
 
 # --------------------------------------------------------------------------------------------------
@@ -187,11 +226,10 @@ def run_flashinfer(args, emulator) -> tuple:
     case = FlashInferMasked(masked_m, n, k, mma_tiler_mn=tuple(args.mma_tiler), cluster_mn=tuple(args.cluster),
                             m_max=args.m_max, seed=args.seed, max_active_clusters=args.clusters,
                             masked_m_slack=args.masked_m_slack)
-    emu = emulator.Emulator(mode=args.mode, seed=args.seed, ptx_filter=args.ptx_filter,
-                            warp_roles=case.warp_roles, races=args.races, **_budget(args))
+    emu = make_emulator(args, emulator, case.warp_roles)
     case.register(emu)
     stats = emulator.combine(emu.call(case.compiled, *case.args))
-    return case.compare(ATOL, RTOL), stats
+    return (TIMING_ONLY if args.timing_only else case.compare(ATOL, RTOL)), stats
 
 
 # --------------------------------------------------------------------------------------------------
@@ -349,6 +387,51 @@ def run_submission(args, emulator) -> tuple:
     return (worst[0], overall, message), total
 
 
+def run_benchmarks(args, emulator) -> tuple:
+    """task.yml's benchmarks, timed: a line per benchmark (verdict, simulated board time, the clock's
+    figures), then the geomean row."""
+    import math
+
+    import eval as harness
+
+    if args.kernel == "flashinfer":
+        raise ValueError("benchmarks --kernel flashinfer: FlashInfer's route is `emulate.py flashinfer`, not "
+                         "timed over task.yml yet; ours is")
+    S = load_submission(args.submission)
+    S.sm100_config(args.config)
+    S.SM100_CONFIG = args.config
+    if args.arch == "sm_90a":  # the same seam run_submission uses
+        hopper_config(S, args.config)
+        EmulatedH200(None).install(S)
+    else:
+        S.DEVICE = EmulatedB200(None)
+    _, benchmarks, _ = harness.load_task(ROOT / "task.yml")
+    results, times, total = [], [], []
+    for number, entry in enumerate(benchmarks, start=1):
+        if args.only not in (None, number):
+            continue
+        spec = harness._spec_line(entry)
+        start = time.perf_counter()
+        (word, max_error, message), stats = run_submission_case(S, spec, args, emulator)
+        t = stats.timing
+        results.append((word, max_error, message))
+        total.append(stats)
+        times.append(t["board_us"])
+        print(f"benchmark {number} (G={entry['g']}, N={entry['n'][0]}, K={entry['k'][0]}) {args.config}: {word} "
+              f"simulated {t['board_us']:.2f} us (kernel {t['kernel_us']:.2f} us, prologue {t['prologue_us']:.2f} us, "
+              f"HBM read {t['hbm_read_mb']:.1f} MB, L2 hits {t['l2_hits']}/{t['l2_hits'] + t['l2_misses']}, "
+              f"tensor pipe busy {100 * t['tensor_busy']:.0f}%) seconds={time.perf_counter() - start:.1f}"
+              + (f"\n  {message}" if message else ""), flush=True)
+    geomean = math.exp(sum(math.log(x) for x in times) / len(times))
+    print(f"geomean ours {geomean:.2f} us ({args.machine.upper()} description, {len(times)} benchmark(s))",
+          flush=True)
+    worst = max(results, key=lambda r: EXIT[r[0]])
+    errors = [r[1] for r in results if r[1] is not None]  # (error/tol, max_abs_error) per benchmark
+    combined = emulator.combine(total)
+    combined.timing["board_us"] = geomean
+    return (worst[0], max(errors) if errors else None, ""), combined
+
+
 def submission_roles(S) -> dict:
     if isinstance(S.DEVICE, EmulatedH200):  # sm90_kernel.py's GEMM (its token pre-pass has warps 0-3 only)
         return {0: "weights TMA", 1: "tokens TMA", **{w: f"consumer warpgroup {w // 4}" for w in range(4, 12)}}
@@ -388,9 +471,10 @@ def run_submission_case(S, spec: str, args, emulator) -> tuple:
     from reference import ref_kernel
 
     data, guards = board_inputs(spec)
-    emu = emulator.Emulator(mode=args.mode, seed=args.seed, ptx_filter=args.ptx_filter,
-                            warp_roles=submission_roles(S), races=args.races, **_budget(args))
+    emu = make_emulator(args, emulator, submission_roles(S))
     outputs, stats = emulated_call(S, data, guards, emu)
+    if getattr(args, "timing_only", False):
+        return TIMING_ONLY, stats
     # the kernel's results, copied before the reference runs: ref_kernel writes into the same c tensors
     results = [out.to(torch.float64) for out in outputs]
     reference = [ref.to(torch.float64) for ref in ref_kernel(data)]
@@ -422,8 +506,50 @@ def _compare(pairs):
     return "PASS", (worst_ratio, worst), ""
 
 
+TIMING_ONLY = ("TIMED", None, "timing only: outputs not computed, not checked")
+
+
+def make_emulator(args, emulator, warp_roles):
+    """The Emulator the command line asks for: mode, seed, planted defect, race detection, step budget and
+    timed mode's machine, timeline and fast path."""
+    return emulator.Emulator(mode=args.mode, seed=args.seed, ptx_filter=args.ptx_filter, warp_roles=warp_roles,
+                             races=args.races, **_budget(args), **_timed(args))
+
+
 def _budget(args) -> dict:
     return {} if args.step_budget is None else {"step_budget": args.step_budget}
+
+
+def _timed(args) -> dict:
+    """The Emulator's timed-mode arguments; with --timeline a fresh Timeline of the first pair of CTAs,
+    drawn after the run (the last case's, when there are several)."""
+    if args.mode != "timed":
+        return {}
+    machine = args.machine
+    if args.set:
+        from emulator.machines import load
+
+        base = load(machine or "b200")
+        try:
+            values = {k: float(v) for k, v in (item.split("=", 1) for item in args.set)}
+            machine = base.replace("--set " + " ".join(args.set), **values)
+        except (ValueError, KeyError) as e:
+            raise ValueError(f"--set {' '.join(args.set)}: NAME=VALUE with a constant of {base.name} ({e})") from None
+    options = {"machine": machine, "timing_only": args.timing_only}
+    if args.timeline is None:
+        return options
+    from emulator.timeline import Timeline
+
+    args.recorded = Timeline(workers=(0, 1))
+    return {**options, "timeline": args.recorded}
+
+
+def _draw_timeline(args, word: str) -> None:
+    recorded = getattr(args, "recorded", None)
+    if recorded is not None and recorded.rows:
+        title = " ".join(a for a in sys.argv[1:] if not a.startswith("--timeline")) + f": {word}"
+        recorded.draw(args.timeline, title=title)
+        print(f"timeline: {args.timeline}", flush=True)
 
 
 # nvidia-cutlass-dsl 4.5.2 deprecates a pointer form that submission.py keeps because 4.3.5, the board's
@@ -435,6 +561,8 @@ def main(argv=None) -> int:
     warnings.filterwarnings("ignore", message=DSL_DEPRECATION, category=DeprecationWarning)
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
+    if args.time or args.timeline or args.timing_only:
+        args.mode = "timed"
     os.environ.setdefault("CUTE_DSL_DISABLE_FILE_CACHING", "1")
     start = time.perf_counter()
     try:
@@ -450,7 +578,8 @@ def main(argv=None) -> int:
         print(f"ERROR {text if text.startswith('setup: ') else 'setup: ' + text}", flush=True)
         return EXIT["ERROR"]
     try:
-        run = {"nvidia": run_nvidia, "nvidia-grouped": run_nvidia_grouped, "flashinfer": run_flashinfer, "submission": run_submission}[args.command]
+        run = {"nvidia": run_nvidia, "nvidia-grouped": run_nvidia_grouped, "flashinfer": run_flashinfer,
+               "submission": run_submission, "benchmarks": run_benchmarks}[args.command]
         (word, max_error, message), stats = run(args, emulator)
     except emulator.HangError as e:
         print(e.report, flush=True)
@@ -466,6 +595,12 @@ def main(argv=None) -> int:
         return 5
     if message:
         print(message, flush=True)
+    if stats.timing:
+        import json
+
+        print("timing: " + json.dumps({k: round(v, 4) if isinstance(v, float) else v
+                                       for k, v in stats.timing.items()}), flush=True)
+    _draw_timeline(args, word)
     # races=0 only where every case ran to its end with the detector on
     return verdict(word, figures(max_error, stats, time.perf_counter() - start,
                                  args.races and word in ("PASS", "FAIL", "OUTSIDE")))

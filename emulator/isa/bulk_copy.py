@@ -17,7 +17,7 @@ where the bytes go and which mbarriers are signalled:
 - **store** (`.global.shared::cta ... .bulk_group`): the box is read from the CTA's shared memory and
   written to global memory, out-of-bounds elements skipped; it belongs to the thread's current bulk group.
   `wait_group N` (with or without `.read`) returns once at most N of the thread's groups are pending: the
-  emulator completes the older ones then (the `.read` variant's distinction, source read vs. writes
+  emulator completes the older ones then (in the timed mode the warp waits until they complete) (the `.read` variant's distinction, source read vs. writes
   visible, is not modelled: both happen at once).
 - **1-D load** (`cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [dst], [src], size,
   [mbar]`): `size` contiguous bytes (a multiple of 16; both addresses 16-byte aligned) from global memory
@@ -34,6 +34,7 @@ import numpy as np
 from .. import tma
 from ..async_ops import AsyncOp, issue
 from ..errors import EmulatorError
+from ..machine import Wait
 from ..memory import split_shared
 from ..warp import instruction
 from .memory_ops import address_reader, resolve
@@ -125,6 +126,9 @@ def _load(instr, program):
             def deliver(tmap=tmap, box=box, deliveries=deliveries, d_offset=d_offset, gm=gm):
                 trace = w.cta.grid.trace
                 for cta, barrier in deliveries:
+                    if w.cta.grid.timing_only:  # the clock's fast path: the bytes are counted, not moved
+                        barrier.complete_tx(w.cta.grid, nbytes)
+                        continue
                     address = (cta.rank << 24) | d_offset
                     data, count = tma.load_box(tmap, box, gm.read, address)
                     cta.shared.write(d_offset, data)
@@ -136,7 +140,8 @@ def _load(instr, program):
             trace = w.cta.grid.trace
             agent = None if trace is None else trace.issue(
                 w, ("TMA load", w, tuple(id(b) for _, b in deliveries)), f"TMA load unit for {w.label}")
-            issue(w.cta.grid, AsyncOp(deliver, [b for _, b in deliveries], where, agent))
+            issue(w.cta.grid, AsyncOp(deliver, [b for _, b in deliveries], where, agent, unit="tma.load",
+                                      nbytes=nbytes, cta=w.cta, key=(int(t[lane]), box)))
 
     return handler
 
@@ -164,6 +169,8 @@ def _store(instr, program):
             gm = w.cta.grid.global_memory
 
             def deliver(tmap=tmap, box=box, offset=offset, address=int(s[lane]), nbytes=nbytes, gm=gm):
+                if w.cta.grid.timing_only:
+                    return
                 trace = w.cta.grid.trace
                 if trace is None:
                     tma.store_box(tmap, box, w.cta.shared.read(offset, nbytes), address, gm.write)
@@ -180,7 +187,8 @@ def _store(instr, program):
 
             trace = w.cta.grid.trace
             agent = None if trace is None else trace.issue(w, ("TMA store", w), f"TMA store unit for {w.label}")
-            op = AsyncOp(deliver, (), where, agent)
+            op = AsyncOp(deliver, (), where, agent, unit="tma.store", nbytes=nbytes, cta=w.cta,
+                         key=(int(t[lane]), box))
             w.bulk_open.setdefault(int(lane), []).append(op)
             issue(w.cta.grid, op)
 
@@ -201,14 +209,20 @@ def _wait_group(instr, program):
     limit = instr.operands[0].value
 
     def handler(w, mask):
+        timed = w.cta.grid.clock is not None
+        waiting = []
         for lane in np.flatnonzero(mask):
             groups = w.bulk_groups.get(int(lane), [])
             while len(groups) > limit:
                 group = groups.pop(0)
                 for op in group:
-                    op.deliver(w.cta.grid)
+                    if timed:
+                        waiting += [op] if not op.delivered else []
+                    else:
+                        op.deliver(w.cta.grid)
                 if w.cta.grid.trace is not None:
                     w.cta.grid.trace.bulk_wait(w, [op.agent for op in group])
+        return ("wait", BulkGroupWait(waiting)) if waiting else None
 
     return handler
 
@@ -238,12 +252,27 @@ def _bulk_load(instr, program):
             gm = w.cta.grid.global_memory
 
             def deliver(cta=cta, d_offset=d_offset, source=source, nbytes=nbytes, barrier=barrier, gm=gm):
-                cta.shared.write(d_offset, gm.read(source, nbytes))
+                if not cta.grid.timing_only:
+                    cta.shared.write(d_offset, gm.read(source, nbytes))
                 barrier.complete_tx(cta.grid, nbytes)
 
-            issue(w.cta.grid, AsyncOp(deliver, [barrier], where))
+            issue(w.cta.grid, AsyncOp(deliver, [barrier], where, unit="tma.load", nbytes=nbytes, cta=w.cta,
+                                      key=(source, nbytes)))
 
     return handler
+
+
+class BulkGroupWait(Wait):
+    """Timed mode: `cp.async.bulk.wait_group` blocks until the stores of the groups it retires complete."""
+
+    def __init__(self, ops):
+        self.ops = ops
+
+    def ready(self) -> bool:
+        return all(op.delivered for op in self.ops)
+
+    def describe(self) -> str:
+        return f"cp.async.bulk.wait_group: {sum(not op.delivered for op in self.ops)} TMA store(s) in flight"
 
 
 @instruction("cp.async.bulk", "cp.reduce.async.bulk", "cp.async.bulk.prefetch")

@@ -160,8 +160,10 @@ def _wait(instr, program):
         # A try_wait that fails returns false (the ISA's time limit ran out) and the code after it goes
         # on: a peek followed by other work must not be turned into a wait. The same try_wait failing
         # again with nothing else having happened is a spin loop: the warp blocks until the phase completes.
+        # In the timed mode a failed try_wait suspends the warp, as the hardware's does, until the phase
+        # completes or the time limit passes (clock.py).
         key = (w.last_index, id(wait.barrier), wait.parity, w.cta.grid.progress)
-        if w.failed_wait == key:
+        if w.failed_wait == key or w.cta.grid.clock is not None:
             return ("wait", wait)
         w.failed_wait = key
         return ("yield",)
@@ -212,6 +214,8 @@ def _named_barrier(instr, program, *, wait: bool):
             bar.generation += 1
             if trace is not None:
                 trace.bar_complete(bar)
+            if w.cta.grid.clock is not None:
+                w.cta.grid.clock.wake(bar)
             return None
         return ("wait", NamedBarrierWait(bar, generation)) if wait else None
 

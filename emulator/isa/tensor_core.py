@@ -58,8 +58,9 @@ def _queue(cta) -> deque:
     return cta.tensor_pipe
 
 
-def _enqueue(w, operation) -> None:
-    """An asynchronous tensor-core operation of this CTA's pipe: now (eager) or at its commit."""
+def _enqueue(w, operation, meta: dict) -> None:
+    """An asynchronous tensor-core operation of this CTA's pipe: now (eager) or at its commit. `meta`
+    describes it for the timed mode (unit, shape, cta_group)."""
     queue = _queue(w.cta)
     w.cta.tensor_issued += 1
     trace = w.cta.grid.trace
@@ -69,7 +70,10 @@ def _enqueue(w, operation) -> None:
     if w.cta.grid.mode == "eager":
         operation()
     else:
-        queue.append((w.cta.tensor_issued, operation))
+        if not w.cta.grid.timing_only:  # the clock's fast path times the operation without its arithmetic
+            queue.append((w.cta.tensor_issued, operation))
+        if w.cta.grid.clock is not None:
+            w.cta.grid.clock.tensor_op(w.cta, meta)
 
 
 def _traced(trace, access, operation):
@@ -154,6 +158,8 @@ def _pair_operation(w, operation: str, operands: tuple, complete, destination: i
         return ("wait", PairWait(request, peer.rank))
     complete(first, request)
     first.done = request.done = True
+    if w.cta.grid.clock is not None:  # timed mode: the peer's warp, parked on its request, resumes
+        w.cta.grid.clock.wake(first)
     w.cta.grid.progress += 1
     return None
 
@@ -265,7 +271,8 @@ def _cp(instr, program):
                 for cta in ctas:
                     tcgen05.tcgen05_cp(cta.tmem, address, _smem_reader(cta), desc, shape, multicast)
 
-            _enqueue(w, operation)
+            _enqueue(w, operation, {"unit": "tcgen05.cp", "shape": shape, "cta_group": cta_group,
+                                    "bytes": tcgen05.cp_source_bytes(shape)})
 
     return handler
 
@@ -308,7 +315,9 @@ def _mma(instr, program):
                     sfa_tmem=sfa, sfb_tmem=sfb, accumulate=acc,
                     tmems=[c.tmem for c in ctas], smem_readers=[_smem_reader(c) for c in ctas])
 
-            _enqueue(w, operation)
+            shape = tcgen05.InstrDescriptor.decode(i)
+            _enqueue(w, operation, {"unit": "tcgen05.mma", "m": shape.m, "n": shape.n, "cta_group": cta_group,
+                                    "kind": kind})
 
     return handler
 
@@ -349,7 +358,7 @@ def _commit(instr, program):
 
             trace = w.cta.grid.trace
             agent = None if trace is None else trace.issue(w, ("tensor pipe", w.cta), f"tensor pipe of {w.cta.label}")
-            issue(w.cta.grid, AsyncOp(deliver, barriers, where, agent))
+            issue(w.cta.grid, AsyncOp(deliver, barriers, where, agent, unit="tcgen05.commit", cta=cta))
 
     return handler
 

@@ -81,6 +81,8 @@ class WarpgroupPipe:
         op = self.ops.get(k)
         if op is None:
             op = self.ops[k] = WgmmaOp("wgmma", shape, dtypes, self.cta.label, self.index, k, issuer)
+            if self.cta.grid.clock is not None:  # timed mode: the op occupies the SM's tensor pipe once
+                self.cta.grid.clock.tensor_op(self.cta, {"unit": op.unit, "n": shape[1]})
         if (op.shape, op.dtypes) != (shape, dtypes):
             raise EmulatorError("aligned", f"wgmma.mma_async #{k} of warpgroup {self.index}: this warp issues "
                                 f"{shape} {dtypes}, another warp of the warpgroup {op.shape} {op.dtypes} "

@@ -1,0 +1,465 @@
+"""The timed scheduler: a discrete-event clock over the functional core (gem5's *timing* mode beside the
+*atomic* eager and adversarial ones). The core still says WHAT happens; this module only decides WHEN.
+
+- **One event queue.** Entries are (time, sequence, kind, payload): a warp ready to issue, an asynchronous
+  operation completing (async_ops.AsyncOp), or a try_wait's time limit running out. The globally earliest
+  entry always runs next. A warp runs while its local time stays at or before the next entry's time (the
+  horizon), so no warp observes barrier state from another warp's future.
+- **Issue costs** are per instruction index, looked up once per kernel from the machine description
+  (`instruction_costs`): a warp's time advances by its instruction's class cost; handlers compute no
+  latency.
+- **Blocking.** A handler that returns a wait (mbarrier phase, bar.sync, barrier.cluster, a bulk group)
+  parks the warp under what it waits on; the core calls `wake(key)` when that completes (machine.py,
+  sync_ops.py, AsyncOp.deliver) and the warp resumes `wake_latency` later. In this mode a failed
+  `mbarrier.try_wait` suspends the warp as the hardware does, until the phase completes or the ISA's time
+  limit (`try_wait_limit`) passes.
+- **Asynchronous units.** TMA loads: latency, then bytes over bandwidth: a miss through one HBM server
+  shared by the whole chip, a hit (a box read since the call began by any SM, while it stays within the L2
+  capacity) through the L2 server; a box still on its way from HBM is a hit that waits for it. TMA stores
+  and `st.global` bytes go through the same HBM server; the grid ends when they have drained. The tensor
+  pipe is one in-order queue per issuing SM (a `cta_group::2` pair's even SM): an MMA starts when issued and
+  the pipe is free, occupies it for its initiation interval and completes a latency after its start
+  (per N and cta_group); `tcgen05.cp` likewise, for the shared-memory bytes it reads; a commit arrives `commit_latency` after everything issued
+  before it has completed.
+- **Placement.** Clusters go to SMs as a launch places them: CTAs per SM from shared memory and threads, a
+  cluster on consecutive SMs (a pair on a TPC), dispatched `cta_dispatch_us` apart; a cluster that does not
+  fit waits for its SMs to free.
+
+`Clock.run()` returns the kernel's span in microseconds (first CTA start to the last CTA's exit with its
+stores drained) and the figures `board_us` needs: see DESIGN.md, "Timed mode", for what one simulated
+figure means.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import OrderedDict
+
+from .errors import EmulatorError, HangError
+
+RUN, EVENT, TIMEOUT = 0, 1, 2
+UNBOUNDED = 1 << 62
+
+
+# --------------------------------------------------------------------------------------------------
+# issue costs, per instruction index
+# --------------------------------------------------------------------------------------------------
+
+
+def cost_class(instr) -> str:
+    """The machine description's cost name for one PTX instruction."""
+    op = instr.opcode
+    if op.startswith(("ld.", "ld")) and op.split(".")[0] == "ld":
+        if ".shared" in op:
+            return "cost_shared"
+        if ".param" in op or ".const" in op:
+            return "cost_param"
+        return "cost_global_load"
+    if op.split(".")[0] == "st":
+        return "cost_shared" if ".shared" in op else "cost_global_store"
+    if op.startswith("stmatrix"):
+        return "cost_shared"
+    if op.startswith(("shfl", "vote", "elect")):
+        return "cost_shfl"
+    if op.startswith("mbarrier"):
+        return "cost_mbarrier"
+    if op.startswith(("bar.", "barrier.sync", "barrier.arrive")):
+        return "cost_named_barrier"
+    if op.startswith("barrier.cluster"):
+        return "cost_cluster_barrier"
+    if op.startswith("cp.async.bulk"):
+        return "cost_tma_issue"
+    if op.startswith(("tcgen05.mma", "wgmma.mma_async")):
+        return "cost_mma_issue"
+    if op.startswith("tcgen05.cp"):
+        return "cost_tcgen05_cp_issue"
+    if op.startswith("tcgen05.ld"):
+        return "cost_tmem_load"
+    if op.startswith(("tcgen05.alloc", "tcgen05.dealloc")):
+        return "cost_tmem_alloc"
+    if op.startswith(("fence", "membar", "tcgen05.fence")):
+        return "cost_fence"
+    if op.split(".")[0] in ("mov", "cvta"):
+        return "cost_move"
+    return "cost_alu"
+
+
+def instruction_costs(program, machine) -> list:
+    return [float(getattr(machine, cost_class(i))) for i in program.kernel.instructions]
+
+
+def global_store_bytes(instr) -> int:
+    """Bytes one lane of a global `st` writes (0 for any other instruction)."""
+    op = instr.opcode
+    if op.split(".")[0] != "st" or ".shared" in op or ".param" in op:
+        return 0
+    from .warp import TYPES
+
+    width = next((int(m[1:]) for m in instr.modifiers if m in ("v2", "v4", "v8")), 1)
+    typ = next((m for m in reversed(instr.modifiers) if m in TYPES), "b32")
+    return width * (8 if typ.endswith("64") else 4 if typ.endswith("32") else 2 if typ.endswith("16") else 1)
+
+
+# --------------------------------------------------------------------------------------------------
+# shared resources
+# --------------------------------------------------------------------------------------------------
+
+
+class Server:
+    """A bandwidth shared by every requester (HBM, L2): requests are served in arrival order at `rate`
+    bytes per cycle. Returns the time a request's last byte is through."""
+
+    def __init__(self, rate: float):
+        self.rate = rate
+        self.free = 0.0
+        self.bytes = 0
+
+    def serve(self, now: float, nbytes: int) -> float:
+        self.free = max(self.free, now) + nbytes / self.rate
+        self.bytes += nbytes
+        return self.free
+
+
+class L2:
+    """Which boxes are in L2: least recently used first out, by bytes. Cold at the start of a call (the
+    board flushes L2 before its timed calls and each call reads new inputs). A box maps to the time its
+    bytes arrive (a miss still on its way is waited for, not fetched again)."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.lines: OrderedDict = OrderedDict()  # key -> (arrival time, bytes)
+        self.held = 0
+        self.hits = self.misses = 0
+
+    def lookup(self, key):
+        entry = self.lines.get(key)
+        if entry is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        self.lines.move_to_end(key)
+        return entry[0]
+
+    def insert(self, key, arrival: float, nbytes: int) -> None:
+        self.lines[key] = (arrival, nbytes)
+        self.held += nbytes
+        while self.held > self.capacity:
+            _, (_, size) = self.lines.popitem(last=False)
+            self.held -= size
+
+
+class TensorPipe:
+    """One SM's (or SM pair's) tensor pipe: in order; `free` when the next operation may start, `done`
+    when everything issued so far has completed."""
+
+    def __init__(self):
+        self.free = 0.0
+        self.done = 0.0
+        self.busy = 0.0
+
+
+# --------------------------------------------------------------------------------------------------
+# the clock
+# --------------------------------------------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self, grid, machine, *, step_budget: int, timeline=None):
+        self.grid = grid
+        self.machine = machine
+        self.step_budget = step_budget
+        self.timeline = timeline
+        program = grid.program
+        self.costs = instruction_costs(program, machine)
+        self.store_bytes = [global_store_bytes(i) for i in program.kernel.instructions]
+        self.pdl_wait = [i.opcode.startswith("griddepcontrol.wait") for i in program.kernel.instructions]
+        self.queue: list = []
+        self.sequence = 0
+        self.current = None  # the warp issuing now
+        self.event_time = 0.0  # the time of the event being delivered
+        self.waiters: dict = {}  # id(key) -> {warp: None}, the warps parked on key (an ordered set)
+        self.blocked: set = set()
+        self.hbm = Server(machine.hbm_bytes_per_us / machine.cycles(1.0))
+        self.l2_server = Server(machine.l2_bytes_per_us / machine.cycles(1.0))
+        self.l2 = L2(int(machine.l2_bytes))
+        self.pipes: dict = {}
+        self.sm_of: dict = {}  # cta -> SM index
+        self.cta_start: dict = {}
+        self.cta_end: dict = {}
+        self.first_pdl_wait: dict = {}  # cta -> time its first griddepcontrol.wait issued
+        self.idle_progress = None
+        # The lanes of one warp that issue the same TMA store together make one copy in time (the SASS
+        # TMA instructions run on the uniform datapath, once per warp); the functional core performs each
+        # lane's, which writes the same bytes.
+        self.last_store = (None, None, 0.0)
+        self.hbm_read = self.hbm_written = 0
+
+    # ---------------------------------------------------------------- time
+    def now(self) -> float:
+        return self.current.time if self.current is not None else self.event_time
+
+    def _push(self, time: float, kind: int, payload, ticket: int = 0) -> None:
+        self.sequence += 1
+        heapq.heappush(self.queue, (time, self.sequence, kind, payload, ticket))
+
+    def _ready(self, warp, time: float) -> None:
+        warp.clock_ticket += 1
+        self._push(time, RUN, warp, warp.clock_ticket)
+
+    # ---------------------------------------------------------------- placement
+    def place(self) -> None:
+        """Clusters onto SMs in launch order; warps start when their CTA is dispatched."""
+        m, grid = self.machine, self.grid
+        shared = grid.config.shared_bytes + sum(v.size for v in grid.kernel.shared) + 1024
+        per_sm = max(1, min(int(m.smem_per_sm) // max(shared, 1), int(m.max_threads_per_sm) // grid.ctas[0].threads))
+        self.slots = [per_sm] * int(m.sm_count)  # free CTA slots per SM
+        self.waiting = list(grid.clusters)
+        self.dispatched = 0
+        self._dispatch(0.0)
+
+    def _dispatch(self, time: float) -> None:
+        m = self.machine
+        size = len(self.waiting[0].ctas) if self.waiting else 1
+        while self.waiting:
+            base = next((s for s in range(0, len(self.slots) - size + 1, size)
+                         if all(self.slots[s + i] for i in range(size))), None)
+            if base is None:
+                return
+            cluster = self.waiting.pop(0)
+            start = time + m.cycles(m.cta_dispatch_us) * self.dispatched
+            for i, cta in enumerate(cluster.ctas):
+                self.slots[base + i] -= 1
+                self.sm_of[cta] = base + i
+                self.cta_start[cta] = start
+                self.dispatched += 1
+                for w in cta.warps:
+                    w.time = start
+                    self._ready(w, start)
+
+    def _cta_exited(self, cta, time: float) -> None:
+        self.cta_end[cta] = time
+        self.slots[self.sm_of[cta]] += 1
+        if self.waiting:
+            self._dispatch(time)
+
+    # ---------------------------------------------------------------- the loop
+    def run(self, warps) -> None:
+        for w in warps:
+            w.clock_ticket = 0
+            w.time = 0.0
+        self.place()
+        grid = self.grid
+        while True:
+            if not self.queue:
+                if not self._wake_missed():
+                    break
+                continue
+            time, _, kind, payload, ticket = heapq.heappop(self.queue)
+            if kind == EVENT:
+                self.event_time = time
+                payload.deliver(grid)
+                continue
+            warp = payload
+            if ticket != warp.clock_ticket or warp.done:
+                continue
+            if kind == TIMEOUT:
+                if not any(k != TIMEOUT for _, _, k, _, _ in self.queue):
+                    if self.idle_progress == grid.progress:
+                        self._hang("every live warp waits on a try_wait time limit and nothing else "
+                                   "is pending")
+                    self.idle_progress = grid.progress
+                self._unpark(warp)
+            self._issue(warp, time)
+        if any(not w.done for w in warps):
+            self._hang("every live warp is blocked and no asynchronous work is pending")
+
+    def _issue(self, warp, time: float) -> None:
+        grid = self.grid
+        if self.timeline is not None and warp.wait is not None:
+            self.timeline.wait(warp, warp.time, max(warp.time, time), warp.wait)
+        warp.wait = None
+        warp.time = max(warp.time, time)
+        horizon = self.queue[0][0] if self.queue else float("inf")
+        self.current = warp
+        start = warp.time
+        count = warp.run(UNBOUNDED, clock=self, horizon=horizon)
+        self.current = None
+        if self.timeline is not None:
+            self.timeline.issue(warp, start, warp.time)
+        grid.instructions += count
+        if grid.instructions > self.step_budget:
+            self._hang(f"step budget of {self.step_budget} warp instructions ran out", budget=True)
+        if warp.done:
+            cta = warp.cta
+            if all(w.done for w in cta.warps):
+                self._cta_exited(cta, max(w.time for w in cta.warps))
+            return
+        if warp.wait is None:
+            self._ready(warp, warp.time)
+            return
+        self._park(warp)
+
+    # ---------------------------------------------------------------- blocking and waking
+    @staticmethod
+    def _keys(wait) -> list:
+        ops = getattr(wait, "ops", None)
+        if ops is not None:
+            return [op for op in ops if not op.delivered]
+        # a barrier, or (tensor_core.PairWait) the cta_group::2 request the peer CTA's warp completes
+        return [wait.request] if hasattr(wait, "request") else [wait.barrier]
+
+    def _park(self, warp) -> None:
+        wait = warp.wait
+        if wait.ready():  # completed by its own instruction's effects (e.g. the last arrival)
+            self._ready(warp, warp.time)
+            return
+        for key in self._keys(wait):
+            self.waiters.setdefault(id(key), {})[warp] = None
+        self.blocked.add(warp)
+        warp.clock_ticket += 1
+        if wait.spurious_ok:
+            self._push(warp.time + self.machine.try_wait_limit, TIMEOUT, warp, warp.clock_ticket)
+
+    def _unpark(self, warp) -> None:
+        self.blocked.discard(warp)
+
+    def wake(self, key) -> None:
+        """`key` (an mbarrier phase, a named or cluster barrier, an asynchronous operation) completed now:
+        the warps waiting on it resume after the wake latency."""
+        warps = self.waiters.pop(id(key), None)
+        if not warps:
+            return
+        at = self.now() + self.machine.wake_latency
+        for warp in warps:
+            if warp not in self.blocked or warp.wait is None:
+                continue
+            if warp.wait.ready():
+                self.blocked.discard(warp)
+                self._ready(warp, max(warp.time, at))
+            elif getattr(warp.wait, "ops", None) is None:  # a barrier's other phase: wait for the next one
+                self.waiters.setdefault(id(key), {})[warp] = None
+
+    def _wake_missed(self) -> bool:
+        """The queue ran dry with warps blocked: wake any whose wait is ready (a completion no site
+        announced, e.g. a cluster barrier completed by a warp's exit). False if none is."""
+        woken = False
+        for warp in list(self.blocked):
+            if warp.wait is not None and warp.wait.ready():
+                self.blocked.discard(warp)
+                self._ready(warp, warp.time + self.machine.wake_latency)
+                woken = True
+        return woken
+
+    def _hang(self, message: str, budget: bool = False) -> None:
+        from .scheduler import hang_report
+
+        live = [w for cta in self.grid.ctas for w in cta.warps if not w.done]
+        raise HangError("budget" if budget else "hang", message, hang_report(self.grid, live))
+
+    # ---------------------------------------------------------------- per-instruction hooks (warp.py)
+    def stored(self, warp, pc: int, lanes: int) -> None:
+        """A global store of `lanes` lanes at `pc`: its bytes take their share of HBM (the warp goes on)."""
+        nbytes = self.store_bytes[pc] * lanes
+        self.hbm.serve(warp.time, nbytes)
+        self.hbm_written += nbytes
+
+    def griddepcontrol_wait(self, warp) -> None:
+        self.first_pdl_wait.setdefault(warp.cta, warp.time)
+
+    # ---------------------------------------------------------------- asynchronous units
+    def schedule(self, op) -> None:
+        """An asynchronous operation was issued (async_ops.issue): deliver it when its unit completes it."""
+        now = self.now()
+        unit = op.unit
+        if unit == "tma.load":
+            done = self._tma_load(now, op)
+        elif unit == "tma.store" and self.last_store[:2] == (now, op.key):
+            done = self.last_store[2]  # another lane of the same warp instruction: one copy (see below)
+        elif unit == "tma.store":
+            done = max(now + self.machine.tma_store_latency, self.hbm.serve(now, op.bytes))
+            self.hbm_written += op.bytes
+            self.last_store = (now, op.key, done)
+        elif unit == "tcgen05.commit":
+            done = max(now, self._pipe(op.cta).done) + self.machine.commit_latency
+        elif unit == "wgmma.commit":
+            done = max(now, self._pipe(op.cta).done)
+        else:
+            raise EmulatorError("setup", f"the timed mode has no model of the asynchronous unit {unit!r} "
+                                f"({op.issuer})")
+        if self.timeline is not None:
+            self.timeline.unit(op, now, done)
+        self._push(done, EVENT, op)
+
+    def _tma_load(self, now: float, op) -> float:
+        m = self.machine
+        arrival = self.l2.lookup(op.key)
+        if arrival is not None:
+            through = self.l2_server.serve(now, op.bytes)
+            return max(now + m.tma_l2_latency, through, arrival)
+        through = self.hbm.serve(now, op.bytes)
+        self.hbm_read += op.bytes
+        done = max(now + m.tma_hbm_latency, through)
+        self.l2.insert(op.key, done, op.bytes)
+        return done
+
+    def _pipe(self, cta) -> TensorPipe:
+        sm = self.sm_of[cta]
+        pipe = self.pipes.get(sm)
+        if pipe is None:
+            pipe = self.pipes[sm] = TensorPipe()
+        return pipe
+
+    def tensor_op(self, cta, meta: dict) -> None:
+        """A tcgen05.mma / tcgen05.cp (or wgmma) entered `cta`'s tensor pipe now (tensor_core.py)."""
+        m = self.machine
+        unit = meta["unit"]
+        if unit == "tcgen05.mma":
+            n, pair = meta["n"], meta["cta_group"] == 2
+            ii = max(n / 2, m.mma_ii_fixed_ss_2cta + n / 8 if pair else m.mma_ii_fixed_ss_1cta + n / 4)
+            latency = n / 2 + (m.mma_latency_fixed_2cta if pair else m.mma_latency_fixed_1cta)
+        elif unit == "tcgen05.cp":
+            ii, latency = meta["bytes"] / m.tcgen05_cp_bytes_per_cycle, m.tcgen05_cp_latency
+        elif unit == "wgmma":
+            n = meta["n"]
+            ii, latency = m.wgmma_ii_per_n * n, m.wgmma_latency_fixed + n / 2
+        else:
+            raise EmulatorError("setup", f"the timed mode has no model of the tensor operation {unit!r}")
+        pipe = self._pipe(cta)
+        start = max(self.now(), pipe.free)
+        pipe.free = start + ii
+        pipe.busy += ii
+        pipe.done = max(pipe.done, start + latency)
+        if self.timeline is not None:
+            self.timeline.tensor(cta, unit, start, start + latency)
+
+    # ---------------------------------------------------------------- results
+    def figures(self) -> dict:
+        """The kernel's span and what board_us needs, in microseconds."""
+        m = self.machine
+        start = min(self.cta_start.values())
+        ends = sorted(self.cta_end.values())
+        end = max(ends[-1], self.hbm.free)
+        prologue = [t - self.cta_start[c] for c, t in self.first_pdl_wait.items()]
+        return {
+            "kernel_us": m.us(end - start),
+            "first_cta_end_us": m.us(ends[0] - start),
+            "last_cta_end_us": m.us(ends[-1] - start),
+            "prologue_us": m.us(max(prologue)) if prologue else 0.0,
+            "pdl": bool(self.first_pdl_wait),
+            "hbm_read_mb": self.hbm_read / 1e6,
+            "hbm_written_mb": self.hbm_written / 1e6,
+            "l2_hits": self.l2.hits,
+            "l2_misses": self.l2.misses,
+            "tensor_busy": max((p.busy for p in self.pipes.values()), default=0.0) / max(end - start, 1.0),
+        }
+
+
+def board_us(figures: dict, machine) -> float:
+    """One call's share of the board's 15 back-to-back calls (DESIGN.md, "Timed mode"): the launch gap
+    after the previous call's grid, then the kernel; with PDL the gap is the shorter one and the prologue
+    (CTA start to the first griddepcontrol.wait) overlaps the previous kernel's tail, where SMs were
+    already free (between its first and last CTA exits)."""
+    if figures["pdl"]:
+        tail = figures["last_cta_end_us"] - figures["first_cta_end_us"]
+        return machine.launch_gap_pdl_us + figures["kernel_us"] - min(figures["prologue_us"], tail)
+    return machine.launch_gap_us + figures["kernel_us"]

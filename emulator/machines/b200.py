@@ -1,0 +1,69 @@
+"""NVIDIA B200 (sm_100a). Sources: ../shared/MACHINE-FACTS.md, Table 1 (section numbers below), keys as
+there. Every E row is a guess a B200 run should replace (README, "First run on a B200")."""
+
+from . import Constant as C, Machine
+
+B200 = Machine("B200", "sm_100a", {
+    # chip (Table 1 section 1)
+    "sm_count": C(148, "SMs", "S", "[CC]; [SA-repo] NUM_SMS (1)"),
+    "clock_ghz": C(1.86, "GHz", "E", "implied by NVIDIA's dense FP4/FP8/BF16 peaks over 148 SMs; between "
+                   "1.845 single-CTA [MODAL-UTC] and 1.965 max [SA-repo] (1)"),
+    "smem_per_sm": C(233472, "bytes", "S", "228 KiB/SM [SA-repo] (1)"),
+    "max_threads_per_sm": C(2048, "threads", "S", "CUDA occupancy limits, sm_100"),
+    "l2_bytes": C(132644864, "bytes", "S", "126.5 MiB [SA-repo] L2_SIZE (1)"),
+    # per-warp issue costs: the time from one instruction's issue to the next one's in the same warp
+    "cost_alu": C(2, "cycles", "E", "a warp instruction on a 16-lane INT/FP32 pipe: 2 cycles; independent ones "
+                  "issue back to back, a dependent one waits ~4 (no B200 figure; one warp per scheduler assumed: "
+                  "no issue contention)"),
+    "cost_move": C(1, "cycles", "E", "register moves and address conversions: ptxas removes most of them"),
+    "cost_shared": C(30, "cycles", "E", "L1 hit 40 cycles [MD] (4) less the address path"),
+    "cost_param": C(4, "cycles", "E", "constant bank read, as an ALU operand"),
+    "cost_global_load": C(295, "cycles", "M", "L2 hit latency, pointer chase [MD] (4): a load used at once"),
+    "cost_global_store": C(2, "cycles", "E", "issue only: a store does not stall the warp"),
+    "cost_shfl": C(6, "cycles", "E", "shuffle latency (no B200 figure)"),
+    "cost_mbarrier": C(32, "cycles", "E", "H200: 64 cycles per arrive + try_wait pair in one thread (Table 2)"),
+    "cost_named_barrier": C(21, "cycles", "E", "H200 bar.sync of 128 threads: 20.7 cycles (Table 2)"),
+    "cost_cluster_barrier": C(323, "cycles", "E", "H200 barrier.cluster arrive + wait: 323 cycles (Table 2)"),
+    "cost_tma_issue": C(12, "cycles", "E", "taken equal to the MMA issue cost; not measured"),
+    "cost_mma_issue": C(12, "cycles", "M", "~11-12 cycles per tcgen05.mma in the issuing thread [SA-repo] (2)"),
+    "cost_tcgen05_cp_issue": C(12, "cycles", "E", "taken equal to the MMA issue cost"),
+    "cost_tmem_load": C(120, "cycles", "E", "tcgen05.ld latency not found (5: an unverified '~420' comment); "
+                        "an x32 load of 32 lanes x 32 columns taken as ~120 cycles"),
+    "cost_fence": C(8, "cycles", "E", "no figure"),
+    "cost_tmem_alloc": C(100, "cycles", "E", "TMEM alloc/dealloc cost not found (7)"),
+    # synchronization (Table 1 section 6: not found for B200; H200 proxies)
+    "wake_latency": C(92.5, "cycles", "E", "H200 mbarrier hand-off, arrive -> other warp's try_wait returns "
+                      "(Table 2)"),
+    "try_wait_limit": C(20000, "cycles", "E", "the ISA's system-dependent try_wait time limit; only a "
+                        "kernel that peeks at a barrier and goes on feels it"),
+    # tensor core (Table 1 section 2), kind::mxf4nvf4 taken to time as kind::mxf8f6f4 (E, see there)
+    "mma_ii_fixed_ss_1cta": C(32, "cycles", "E", "II_SS = max(N/2, 32 + N/4) at M=128 1-CTA: the fit of "
+                              "[SA-repo]'s SS table by SMEM reads at 128 B/clk (2)"),
+    "mma_ii_fixed_ss_2cta": C(32, "cycles", "E", "II_SS = max(N/2, 32 + N/8) per pair at M=256 2-CTA: "
+                              "40 predicted vs 43.5 measured at N=64 (2)"),
+    "mma_latency_fixed_1cta": C(136, "cycles", "M", "SS 1-CTA M=128: latency = N/2 + 136 [SA-repo] (2)"),
+    "mma_latency_fixed_2cta": C(173, "cycles", "M", "SS 2-CTA M=256: 205/237/301 at N=64/128/256 = "
+                                "N/2 + 173 [SA-repo] (2)"),
+    "tcgen05_cp_bytes_per_cycle": C(60, "bytes/cycle", "E", "[MODAL-UTC]'s ~68 cycles marginal per copy, its "
+                                    "shape not stated, read as a 128x256b copy (4 KiB) (5); a copy occupies the pipe "
+                                    "for the shared-memory bytes it reads at this rate"),
+    "tcgen05_cp_latency": C(116, "cycles", "M", "168 for one copy incl. commit + wait, less the 52-cycle "
+                            "barrier round trip [MODAL-UTC] (5)"),
+    "commit_latency": C(52, "cycles", "M", "commit + mbarrier round trip in [MODAL-UTC]'s tcgen05.cp test (5)"),
+    # memory (Table 1 sections 3 and 4)
+    "hbm_bytes_per_us": C(7.22e6, "bytes/us", "M", "7.22 TB/s bulk copy into SMEM [PB]; TMA saturates at "
+                          "7.06-7.26 TB/s with 64 KiB in flight per SM [SA-repo] (3, 4)"),
+    "hbm_write_bytes_per_us": C(7.22e6, "bytes/us", "E", "no isolated write figure (7): taken as the read "
+                                "rate, one HBM shared by reads and writes"),
+    "l2_bytes_per_us": C(21.6e6, "bytes/us", "M", "21.6-22.7 TB/s, data already in L2 [PB] (4)"),
+    "tma_hbm_latency": C(1000, "cycles", "E", "derived: 148 SMs x 4 KiB in flight at 1.10-1.17 TB/s "
+                         "[SA-repo] throughput table = 0.53 us per round trip (3)"),
+    "tma_l2_latency": C(340, "cycles", "E", "H200 TMA L2 hit 316-367 cycles for <= 4 KiB (Table 2); B200 "
+                        "L2 hit 295 cycles [MD]"),
+    "tma_store_latency": C(500, "cycles", "E", "no figure: about half an HBM read round trip"),
+    # launch (Table 1 section 7)
+    "launch_gap_us": C(0.93, "us", "E", "H200: last CTA end of call k-1 -> first CTA start of call k, "
+                       "928 ns median without PDL (Table 2); not found for B200"),
+    "launch_gap_pdl_us": C(0.48, "us", "E", "H200: 480 ns with PDL (Table 2)"),
+    "cta_dispatch_us": C(0.00054, "us/CTA", "M", "~0.54 ns per CTA GPU-wide [PB] (7)"),
+})

@@ -1,0 +1,101 @@
+"""A timed run's picture: one row per warp role of a few chosen workers, coloured by state, in the manner
+of Nsight Systems' or Perfetto's track view (STYLE.md section 5).
+
+The clock (clock.py) reports to a `Timeline` what each warp did over time (issuing, or waiting on which
+barrier) and what each CTA's asynchronous units had in flight (TMA loads, the tensor pipe's operations);
+only the CTAs chosen (`workers`: indices into the grid's CTA list) are kept. `draw(path)` writes a PNG
+(matplotlib, imported only then).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+
+class Timeline:
+    def __init__(self, workers=(0, 1)):
+        self.workers = set(workers)
+        self.ctas: dict = {}  # cta -> its index in the grid
+        self.rows: dict = defaultdict(list)  # (cta index, row name) -> [(start, end, state)]
+        self.machine = None
+
+    def _index(self, cta):
+        index = self.ctas.get(cta)
+        if index is None:
+            index = self.ctas[cta] = cta.grid.ctas.index(cta)
+            self.machine = cta.grid.clock.machine
+        return index if index in self.workers else None
+
+    def _add(self, key, start: float, end: float, state: str) -> None:
+        intervals = self.rows[key]
+        if intervals and intervals[-1][2] == state and start - intervals[-1][1] <= 1.0:
+            intervals[-1] = (intervals[-1][0], max(end, intervals[-1][1]), state)
+        else:
+            intervals.append((start, end, state))
+
+    def _warp_row(self, warp) -> str:
+        return f"w{warp.warp_id} {warp.role}"
+
+    # ---------------------------------------------------------------- reports from the clock
+    def issue(self, warp, start: float, end: float) -> None:
+        index = self._index(warp.cta)
+        if index is not None and end > start:
+            self._add((index, self._warp_row(warp)), start, end, "issuing")
+
+    def wait(self, warp, start: float, end: float, wait) -> None:
+        index = self._index(warp.cta)
+        if index is None or end <= start:
+            return
+        barrier = getattr(wait, "barrier", None)
+        address = getattr(barrier, "address", None)
+        if address is not None:
+            name = warp.cta.grid.barrier_names.get(address & 0xFFFFFF) or f"mbarrier 0x{address & 0xFFFFFF:x}"
+        else:
+            name = type(wait).__name__.replace("Wait", "").lower() or "wait"
+        self._add((index, self._warp_row(warp)), start, end, f"wait {name}")
+
+    def unit(self, op, start: float, end: float) -> None:
+        if op.cta is None:
+            return
+        index = self._index(op.cta)
+        if index is not None:
+            self.rows[(index, op.unit.split(".")[0] + " in flight")].append((start, end, op.unit))
+
+    def tensor(self, cta, unit: str, start: float, end: float) -> None:
+        index = self._index(cta)
+        if index is not None:
+            self.rows[(index, "tensor pipe")].append((start, end, unit))
+
+    # ---------------------------------------------------------------- picture
+    def draw(self, path, title: str = "") -> None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        keys = sorted(self.rows, key=lambda k: (k[0], not k[1].startswith("w"), k[1]))
+        states = sorted({s for k in keys for _, _, s in self.rows[k]})
+        fixed = {"issuing": "#2ca02c", "tma.load": "#1f77b4", "tcgen05.mma": "#ff7f0e", "tcgen05.cp": "#9467bd",
+                 "tcgen05.commit": "#8c564b", "tma.store": "#17becf"}
+        # waits in greys, pinks and yellows: never the colours of issuing or of a unit at work
+        palette = ["#c7c7c7", "#f7b6d2", "#dbdb8d", "#7f7f7f", "#e377c2", "#bcbd22", "#ffbb78", "#c5b0d5",
+                   "#9edae5", "#c49c94", "#525252", "#fdd0a2"]
+        colours = {s: palette[i % len(palette)] for i, s in enumerate(s for s in states if s not in fixed)}
+        colours.update({s: c for s, c in fixed.items() if s in states})
+        us = self.machine.us if self.machine is not None else (lambda c: c)
+        fig, ax = plt.subplots(figsize=(16, 0.42 * len(keys) + 2.0))
+        for row, key in enumerate(keys):
+            intervals = self.rows[key]
+            spans = [(us(a), max(us(b) - us(a), 1e-4)) for a, b, _ in intervals]
+            ax.broken_barh(spans, (row - 0.4, 0.8), facecolors=[colours[s] for _, _, s in intervals],
+                           linewidth=0, alpha=0.85 if "flight" in key[1] or key[1] == "tensor pipe" else 1.0)
+        ax.set_yticks(range(len(keys)))
+        ax.set_yticklabels([f"CTA {k[0]}: {k[1]}" for k in keys], fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlabel("simulated time (us)")
+        ax.set_title(title, fontsize=9)
+        handles = [plt.Rectangle((0, 0), 1, 1, color=colours[s]) for s in colours]
+        ax.legend(handles, list(colours), fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)

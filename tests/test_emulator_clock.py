@@ -1,0 +1,192 @@
+"""The timed mode's clock (emulator/clock.py) and machine descriptions (emulator/machines/): basic properties
+of simulated time on hand-written PTX and on NVIDIA's kernel (quick), and the B200 kernel on the board's
+benchmarks (long: the functional check still runs under the clock)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from emulator import HangError
+from emulator.clock import cost_class
+from emulator.machines import TAGS, load
+from test_emulator_core import STORE_R3, run
+
+ROOT = Path(__file__).resolve().parent.parent
+B200 = load("b200")
+
+LOOP = """
+	mov.u32 %r4, 0;
+$L_loop:
+	add.s32 %r4, %r4, 1;
+	setp.lt.s32 %p1, %r4, %r1;
+	@%p1 bra $L_loop;
+	mov.u32 %r3, %r4;
+""" + STORE_R3
+
+
+def cycles(stats) -> float:
+    return B200.cycles(stats.timing["kernel_us"])
+
+
+def test_every_constant_names_its_source_and_tag():
+    for name in ("b200", "h200"):
+        machine = load(name)
+        for key, constant in machine.constants.items():
+            assert constant.tag in TAGS and constant.source and constant.unit, (name, key)
+    assert "clock_ghz" in B200.by_tag("E")  # the B200's clock under load is not known: an estimate
+
+
+def test_a_dependence_chain_costs_its_latencies():
+    """One warp, a loop of 3 ALU instructions: each extra iteration costs exactly 3 ALU issue costs; a
+    global load in the chain costs the load's latency."""
+    out = np.zeros(32, np.int32)
+    short = run(LOOP, out, 10, threads=32, mode="timed")
+    assert (out == 10).all()
+    long = run(LOOP, out, 30, threads=32, mode="timed")
+    assert (out == 30).all()
+    assert cycles(long) - cycles(short) == pytest.approx(20 * 3 * B200.cost_alu)
+    with_load = run(LOOP.replace("mov.u32 %r4, 0;", "ld.global.u32 %r4, [%rd1];\n\tmov.u32 %r4, 0;"), out, 10,
+                    threads=32, mode="timed")
+    assert cycles(with_load) - cycles(short) == pytest.approx(B200.cost_global_load)
+
+
+HAND_OFF = """
+	shr.u32 %r7, %r2, 5;
+	and.b32 %r10, %r2, 31;
+	setp.eq.s32 %p6, %r10, 0;
+	setp.ne.s32 %p1, %r2, 0;
+	@%p1 bra $L_skip_init;
+	mbarrier.init.shared.b64 [%r20], 1;
+$L_skip_init:
+	bar.sync 0;
+	setp.eq.s32 %p2, %r7, 1;
+	@%p2 bra $L_producer;
+$L_wait:
+	mbarrier.try_wait.parity.shared::cta.b64 %p3, [%r20], 0;
+	@!%p3 bra $L_wait;
+	mov.u32 %r3, 7;
+	bra.uni $L_done;
+$L_producer:
+	mov.u32 %r4, 0;
+$L_loop:
+	add.s32 %r4, %r4, 1;
+	setp.lt.s32 %p4, %r4, %r1;
+	@%p4 bra $L_loop;
+	@%p6 mbarrier.arrive.shared::cta.b64 _, [%r20];
+	mov.u32 %r3, %r4;
+$L_done:
+""" + STORE_R3
+
+
+def test_a_chain_through_an_mbarrier_costs_the_producer_and_the_wake_latency():
+    """Warp 1 counts to N, then arrives; warp 0 waits on the mbarrier. Warp 0 finishes after warp 1's
+    arrival plus the wake latency: N moves the end by N loop iterations, exactly."""
+    out = np.zeros(64, np.int32)
+    short = run(HAND_OFF, out, 10, mode="timed")
+    assert (out[:32] == 7).all() and (out[32:] == 10).all()
+    long = run(HAND_OFF, out, 40, mode="timed")
+    assert cycles(long) - cycles(short) == pytest.approx(30 * 3 * B200.cost_alu)
+    assert cycles(short) > 10 * 3 * B200.cost_alu + B200.wake_latency
+
+
+def test_a_hang_is_still_reported_in_timed_mode():
+    """Planted defect: a consumer waits on an mbarrier nobody arrives at. The try_wait time limit wakes it,
+    it spins, and the clock reports the hang instead of looping."""
+    body = """
+	mbarrier.init.shared.b64 [%r20], 1;
+$L_wait:
+	mbarrier.try_wait.parity.shared::cta.b64 %p3, [%r20], 0;
+	@!%p3 bra $L_wait;
+""" + STORE_R3
+    with pytest.raises(HangError) as e:
+        run(body, np.zeros(32, np.int32), threads=32, mode="timed")
+    assert "mbarrier.try_wait" in e.value.report
+
+
+def test_instruction_classes():
+    from types import SimpleNamespace as I
+
+    assert cost_class(I(opcode="ld.shared.u32")) == "cost_shared"
+    assert cost_class(I(opcode="ld.global.nc.v4.u32")) == "cost_global_load"
+    assert cost_class(I(opcode="st.global.v2.b32")) == "cost_global_store"
+    assert cost_class(I(opcode="tcgen05.mma.cta_group::2.kind::mxf4nvf4")) == "cost_mma_issue"
+    assert cost_class(I(opcode="add.s32")) == "cost_alu"
+
+
+# --------------------------------------------------------------------------------------------------
+# NVIDIA's kernel (the DSL compiles it: a few seconds each)
+# --------------------------------------------------------------------------------------------------
+
+
+def nvidia_timed(mnk, clusters, *extra):
+    """tools/emulate.py nvidia, timed, in a fresh process (the stub driver loads before cutlass): the
+    clock's figures from its `timing:` line."""
+    done = subprocess.run([sys.executable, "tools/emulate.py", "nvidia", "--time", "--mnk", ",".join(map(str, mnk)),
+                           "--clusters", str(clusters), *extra], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    lines = done.stdout.strip().splitlines()
+    assert done.returncode == 0 and lines, done.stdout[-3000:] + done.stderr[-3000:]
+    assert lines[-1].split()[0] == ("TIMED" if "--timing-only" in extra else "PASS"), lines[-1]
+    return json.loads(next(line for line in lines if line.startswith("timing: "))[len("timing: "):])
+
+
+def test_twice_the_k_takes_longer():
+    short = nvidia_timed((128, 128, 512), 1)
+    long = nvidia_timed((128, 128, 1024), 1)
+    # at least the tensor pipe's time for the 2 extra k-tiles (4 MMAs of N = 128 each, II 64 cycles)
+    assert B200.cycles(long["kernel_us"] - short["kernel_us"]) >= 2 * 4 * 64
+    assert long["hbm_read_mb"] == pytest.approx(2 * short["hbm_read_mb"], rel=0.05)
+
+
+def test_hbm_bandwidth_is_shared_across_sms():
+    """Two CTAs each streaming their own B tile take longer than one CTA streaming one when HBM is the
+    bottleneck (1/1000 of the B200's bandwidth), and about the same time when it is not (1000x); the A
+    tile both read is an L2 hit the second time."""
+    slow = ("--set", f"hbm_bytes_per_us={B200.hbm_bytes_per_us / 1000}")
+    one, two = nvidia_timed((128, 128, 1024), 1, *slow), nvidia_timed((128, 256, 1024), 2, *slow)
+    assert two["kernel_us"] > 1.3 * one["kernel_us"]
+    fast = ("--set", f"hbm_bytes_per_us={B200.hbm_bytes_per_us * 1000}")
+    one, two = nvidia_timed((128, 128, 1024), 1, *fast), nvidia_timed((128, 256, 1024), 2, *fast)
+    assert two["kernel_us"] == pytest.approx(one["kernel_us"], rel=0.1)
+    assert two["l2_hits"] > 0
+
+
+@pytest.mark.long
+def test_the_timing_only_fast_path_keeps_the_times():
+    """Skipping TMA data and MMA arithmetic changes no time: the kernel's control flow reads neither."""
+    full = nvidia_timed((256, 256, 512), 1)
+    fast = nvidia_timed((256, 256, 512), 1, "--timing-only")
+    assert fast["kernel_us"] == full["kernel_us"] and fast["board_us"] == full["board_us"]
+
+
+# --------------------------------------------------------------------------------------------------
+# the B200 kernel on the board's benchmarks, timed (the functional check runs too)
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("number", [3, 4])
+def test_benchmark_timed_at_the_real_worker_count(number):
+    done = subprocess.run([sys.executable, "tools/emulate.py", "benchmarks", "--only", str(number)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"benchmark {number}" in done.stdout and "PASS" in done.stdout
+
+
+def test_validate_timing_reads_eval_output_and_holds_out_what_it_does_not_fit(tmp_path, capsys):
+    sys.path.insert(0, str(ROOT / "tools"))
+    import validate_timing as vt
+
+    table = tmp_path / "task.txt"
+    table.write_text("bench  mean us  median us\n  1   111.23   111.22  x\n  4    16.17    16.14  y\n")
+    rows = vt.read_eval_output(f"{table}:task:shipped,jobs=weight_blocks")
+    assert rows == [("task 1", "shipped,jobs=weight_blocks", 111.23), ("task 4", "shipped,jobs=weight_blocks", 16.17)]
+    assert vt.spec_of("task 4").startswith("m: [128, 384]")
+    # simulated 10 us short on both: fitted on row 1 alone, the gap shift (+10) makes row 2 exact
+    vt.report([("task 1", "shipped", 111.0, 101.0), ("task 4", "shipped", 16.0, 6.0)], {1}, markdown=False)
+    out = capsys.readouterr().out
+    assert "fitted: launch gap +10.00 us" in out and "held out: 1 cases, RMS error 0.0%" in out
