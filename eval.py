@@ -29,7 +29,6 @@ import sys
 import sysconfig
 import time
 import traceback
-import warnings
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -425,7 +424,7 @@ def _emulate_submission() -> None:
     spec = importlib.util.spec_from_file_location("emulate", EMULATE_TOOL)
     emulate = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(emulate)
-    warnings.filterwarnings("ignore", message=emulate.DSL_DEPRECATION, category=DeprecationWarning)
+    emulate.silence_dsl_deprecation()
     module = sys.modules["submission"]
     module.DEVICE = emulate.EmulatedB200(None)
 
