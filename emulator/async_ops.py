@@ -49,11 +49,11 @@ class AsyncOp:
         grid.progress += 1
         if self.agent is None:
             self._deliver()
-            return
-        grid.trace.begin(self.agent)
-        self._deliver()
-        grid.trace.end()
-        if grid.clock is not None:
+        else:
+            grid.trace.begin(self.agent)
+            self._deliver()
+            grid.trace.end()
+        if grid.clock is not None:  # a warp may wait on this very operation (a bulk or wgmma group)
             grid.clock.wake(self)
 
 

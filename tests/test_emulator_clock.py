@@ -3,9 +3,11 @@ of simulated time on hand-written PTX and on NVIDIA's kernel (quick), and the B2
 benchmarks (long: the functional check still runs under the clock)."""
 
 import json
+import struct
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -52,6 +54,59 @@ def test_a_dependence_chain_costs_its_latencies():
     with_load = run(LOOP.replace("mov.u32 %r4, 0;", "ld.global.u32 %r4, [%rd1];\n\tmov.u32 %r4, 0;"), out, 10,
                     threads=32, mode="timed")
     assert cycles(with_load) - cycles(short) == pytest.approx(B200.cost_global_load)
+
+
+H200 = load("h200")
+
+# One warpgroup issues %r1 wgmma.mma_async m64n64k16 on a B operand at shared 0x400 (128-byte swizzle), each
+# followed by `wgmma.wait_group WAIT` (0: every MMA waits for the previous one; 1: one group stays in flight).
+WGMMA_LOOP = """
+	.reg .f32 %f<32>;
+	mov.u32 %r4, 0;
+	mov.b64 %rd5, 4611686293305294912;
+	mov.u32 %r40, 0;
+	mov.u32 %r41, 0;
+	mov.u32 %r42, 0;
+	mov.u32 %r43, 0;
+	setp.ne.s32 %p9, %r1, 0;
+$L_loop:
+	wgmma.fence.sync.aligned;
+	wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {""" + ", ".join(f"%f{i}" for i in range(32)) + """}, {%r40, %r41, %r42, %r43}, %rd5, %p9, 1, 1, 0;
+	wgmma.commit_group.sync.aligned;
+	wgmma.wait_group.sync.aligned WAIT;
+	add.s32 %r4, %r4, 1;
+	setp.lt.s32 %p1, %r4, %r1;
+	@%p1 bra $L_loop;
+	wgmma.wait_group.sync.aligned 0;
+	mov.u32 %r3, %r4;
+""" + STORE_R3
+
+
+def wgmma_cycles(count: int, wait: int) -> float:
+    from emulator.launch import execute
+    from emulator.memory import GlobalMemory
+    from test_emulator_core import HEADER
+
+    out = np.zeros(128, np.int32)
+    memory = GlobalMemory()
+    memory.register(out.ctypes.data, out.nbytes, "out")
+    launch = SimpleNamespace(kernel_name="k", grid=(1, 1, 1), block=(128, 1, 1), cluster=(1, 1, 1),
+                             shared_bytes=16384, attributes={},
+                             params=(struct.pack("<Q", out.ctypes.data), struct.pack("<I", count)))
+    ptx = HEADER.format(threads=128).replace("sm_100a", "sm_90a") + WGMMA_LOOP.replace("WAIT", str(wait)) + "\n}\n"
+    stats = execute(launch, ptx, memory, mode="timed", machine="h200", step_budget=200_000)
+    assert (out == count).all()
+    return H200.cycles(stats.timing["kernel_us"])
+
+
+def test_a_wgmma_chain_costs_its_latency_and_a_pipelined_one_its_initiation_interval():
+    """`wgmma.wait_group 0` after each MMA: each extra MMA costs at least the wgmma latency (54 + N/2 = 86
+    cycles at N = 64); with one group left in flight the MMAs overlap, and each costs less than that."""
+    latency = H200.wgmma_latency_fixed + 64 / 2
+    chained = wgmma_cycles(20, 0) - wgmma_cycles(10, 0)
+    assert chained >= 10 * latency
+    pipelined = wgmma_cycles(20, 1) - wgmma_cycles(10, 1)
+    assert 10 * H200.wgmma_ii_per_n * 64 <= pipelined < chained
 
 
 HAND_OFF = """

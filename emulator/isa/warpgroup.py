@@ -18,6 +18,11 @@ and when.
   at the `wgmma.wait_group` that retires its group. A kernel that reads its accumulator, rewrites its A
   registers or lets its B stage be refilled before that wait computes with the wrong values. Parts still
   pending when a warp exits are never executed (their results could not be observed).
+- **Timed mode.** Each wgmma.mma_async enters the SM's tensor pipe once (its first warp's issue); each
+  warp's `wgmma.commit_group` becomes an asynchronous operation (unit 'wgmma.commit') that the clock
+  completes when everything issued to the pipe before it has completed, and `wgmma.wait_group N` blocks the
+  warp until the groups it retires are complete (their arithmetic runs at that instruction, as in
+  adversarial mode: only the warp itself can read the registers it writes).
 - `wgmma.fence` orders the warp's register accesses before later wgmma.mma_async: registers are read at
   execution here, so it has no effect and its absence is not caught.
 
@@ -34,7 +39,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import wgmma
+from ..async_ops import AsyncOp, issue
 from ..errors import EmulatorError
+from ..machine import Wait
 from ..warp import instruction
 
 
@@ -72,7 +79,9 @@ class WarpgroupPipe:
         self.ops: dict[int, WgmmaOp] = {}  # in flight: issued by a warp, not yet executed by all four
         self.issued = [0, 0, 0, 0]  # per warp: wgmma.mma_async issued so far
         self.open = [[] for _ in range(4)]  # per warp: issued since its last commit
-        self.groups = [deque() for _ in range(4)]  # per warp: committed groups not yet waited for, oldest first
+        # per warp: committed groups not yet waited for, oldest first, each (its ops, its completion in timed
+        # mode or None)
+        self.groups = [deque() for _ in range(4)]
         self.committed = [0, 0, 0, 0]  # per warp: groups committed so far
 
     def join(self, warp_in_group: int, shape, dtypes, issuer: str) -> WgmmaOp:
@@ -90,23 +99,47 @@ class WarpgroupPipe:
         self.open[warp_in_group].append(op)
         return op
 
-    def commit(self, warp_in_group: int) -> None:
+    def commit(self, warp_in_group: int, issuer: str) -> None:
         number = self.committed[warp_in_group]
         self.committed[warp_in_group] += 1
         for op in self.open[warp_in_group]:
             op.groups[warp_in_group] = number
-        self.groups[warp_in_group].append(self.open[warp_in_group])
+        completion = None
+        grid = self.cta.grid
+        if grid.clock is not None:
+            completion = AsyncOp(lambda: None, issuer=issuer, unit="wgmma.commit", cta=self.cta)
+            issue(grid, completion)
+        self.groups[warp_in_group].append((self.open[warp_in_group], completion))
         self.open[warp_in_group] = []
 
     def execute(self, op: WgmmaOp, warp_in_group: int) -> None:
         if op.execute(warp_in_group):
             del self.ops[op.sequence]
 
-    def wait(self, warp_in_group: int, pending: int) -> None:
+    def wait(self, warp_in_group: int, pending: int) -> list:
+        """Retire all but `pending` of the warp's groups; the completions (timed mode) still in flight."""
         groups = self.groups[warp_in_group]
+        in_flight = []
         while len(groups) > pending:
-            for op in groups.popleft():
+            ops, completion = groups.popleft()
+            for op in ops:
                 self.execute(op, warp_in_group)
+            if completion is not None and not completion.delivered:
+                in_flight.append(completion)
+        return in_flight
+
+
+class WgmmaGroupWait(Wait):
+    """Timed mode: `wgmma.wait_group` blocks until the groups it retires have completed in the tensor pipe."""
+
+    def __init__(self, ops):
+        self.ops = ops
+
+    def ready(self) -> bool:
+        return all(op.delivered for op in self.ops)
+
+    def describe(self) -> str:
+        return f"wgmma.wait_group: {sum(not op.delivered for op in self.ops)} wgmma-group(s) in flight"
 
 
 def pipe_of(w) -> tuple[WarpgroupPipe, int]:
@@ -187,11 +220,12 @@ def _mma_async(instr, program):
 @instruction("wgmma.commit_group")
 def _commit_group(instr, program):
     """wgmma.commit_group.sync.aligned (9.7.15.7.2): the warp's uncommitted wgmma.mma_async become a group."""
+    where = program.where(instr.index)
 
     def handler(w, mask):
         _whole_warp(w, mask, "wgmma.commit_group")
         pipe, warp_in_group = pipe_of(w)
-        pipe.commit(warp_in_group)
+        pipe.commit(warp_in_group, where)
 
     return handler
 
@@ -204,7 +238,8 @@ def _wait_group(instr, program):
     def handler(w, mask):
         _whole_warp(w, mask, "wgmma.wait_group")
         pipe, warp_in_group = pipe_of(w)
-        pipe.wait(warp_in_group, int(pending(w)[0]))
+        in_flight = pipe.wait(warp_in_group, int(pending(w)[0]))
+        return ("wait", WgmmaGroupWait(in_flight)) if in_flight else None
 
     return handler
 
