@@ -239,9 +239,24 @@ def test_validate_timing_reads_eval_output_and_holds_out_what_it_does_not_fit(tm
     table = tmp_path / "task.txt"
     table.write_text("bench  mean us  median us\n  1   111.23   111.22  x\n  4    16.17    16.14  y\n")
     rows = vt.read_eval_output(f"{table}:task:shipped,jobs=weight_blocks")
-    assert rows == [("task 1", "shipped,jobs=weight_blocks", 111.23), ("task 4", "shipped,jobs=weight_blocks", 16.17)]
-    assert vt.spec_of("task 4").startswith("m: [128, 384]")
+    assert [(case, config, mean) for case, _, config, mean in rows] == [
+        ("task 1", "shipped,jobs=weight_blocks", 111.23), ("task 4", "shipped,jobs=weight_blocks", 16.17)]
+    assert rows[1][1] == vt.spec_of("task 4") and vt.spec_of("task 4").startswith("m: [128, 384]")
     # simulated 10 us short on both: fitted on row 1 alone, the gap shift (+10) makes row 2 exact
     vt.report([("task 1", "shipped", 111.0, 101.0), ("task 4", "shipped", 16.0, 6.0)], {1}, markdown=False)
     out = capsys.readouterr().out
     assert "fitted: launch gap +10.00 us" in out and "held out: 1 cases, RMS error 0.0%" in out
+
+
+def test_flashinfer_anchors_replay_the_published_benchmarks_draw():
+    """Every published point has masked_m drawn as PR #2503's script drew it: G values within 0.7 to 1.3 times
+    the expected m, the same on every call (seed 42)."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import validate_timing as vt
+
+    masked = vt.flashinfer_masked_m()
+    assert masked == vt.flashinfer_masked_m()
+    for g, m, n, k, _, _ in vt.FLASHINFER_ANCHORS:
+        values = masked[(g, m, n, k)]
+        assert len(values) == g and all(int(0.7 * m) <= v <= 1.3 * m for v in values), (g, m, values)
+    assert len({tuple(v) for v in masked.values()}) == len(masked)  # a fresh draw per case

@@ -1,23 +1,35 @@
-"""The timed emulator against measured board means: per case the measured and simulated means, the error,
-and whether the case was used to fit a constant or held out; then the held-out RMS error, the worst case,
-and whether every ranking of two configurations of one shape came out right.
+"""The timed emulator against measured times: per case the measured and simulated times, the error, and
+whether the case was used to fit a constant or held out; then the held-out RMS error, the worst case, and
+whether every ranking of two configurations of one shape came out right.
 
-    python tools/validate_timing.py MEASURED [--arch sm_90a|sm_100a] [--fit-cases 1,3,...] [--markdown]
-    python tools/validate_timing.py --flashinfer-anchors          # FlashInfer's published B200 points
+    python tools/validate_timing.py MEASURED [--arch sm_90a|sm_100a] [--fit-cases 1,3,...] [--jobs N]
+        [--timing-only] [--save FILE.json] [--markdown]
+    python tools/validate_timing.py --simulated FILE.json [--fit-cases ...] [--markdown]   # report saved rows
+    python tools/validate_timing.py --flashinfer-anchors [--points 1,2,..] [--jobs N] [--save FILE.json]
 
-MEASURED: a CSV (`case,config,mean_us`, header first) or a JSON list of {"case", "config", "mean_us"}. A
-case is `task N` (task.yml's benchmark N), `spec N` (line N of tools/timing_validation.spec) or a spec
-line itself; config is an SM100_CONFIG text ("shipped", "shipped,jobs=weight_blocks"). `--from-eval
-FILE:CASES:CONFIG` reads `python eval.py benchmark` output instead (CASES: "task" or "spec": which list
-its row numbers index), repeatable.
+MEASURED: the JSON that tools/h200_timing_cases.py writes on an H200 (a list of {"case", "spec", "config",
+"mean_us"}), or a CSV (`case,config,mean_us`, header first) whose case is `task N` (task.yml's benchmark N),
+`spec N` (line N of tools/timing_cases.txt) or a spec line itself; config is an SM100_CONFIG text ("shipped",
+"jobs=weight_blocks"). `--from-eval FILE:CASES:CONFIG` reads `python eval.py benchmark` output instead
+(CASES: "task" or "spec": which list its row numbers index), repeatable.
+
+Each case is simulated by its own `tools/emulate.py submission --time` process (`--jobs` at once: the
+emulator is single-threaded); `--timing-only` skips the data the control flow does not read (the same
+times: tests/test_emulator_clock.py). `--save` keeps the measured and simulated figures, so that a report
+with other fit cases needs no second simulation (`--simulated`).
 
 Fitting (issue 24: a constant fitted to measured times is fitted on a subset and tested on the rest): the
-launch gap per call (`launch_gap_us`, or `launch_gap_pdl_us` when the kernel uses PDL) is the one constant
-fitted, additively, to minimise the relative error over `--fit-cases` (row numbers of MEASURED, from 1;
-default: none, every case held out). Every other constant is the machine description's.
+launch gap per call is the one constant fitted, additively, to minimise the relative error over
+`--fit-cases` (row numbers, from 1; default: none, every case held out). Every other constant is the
+machine description's.
 
-How the lead produces MEASURED on the H200 (eval.py's output, the board's protocol): see BENCHMARKS.md,
-"Timed emulator: validation", for the device command.
+`--flashinfer-anchors`: FlashInfer's masked grouped NVFP4 GEMM on a B200, published in flashinfer-ai/flashinfer
+PR #2503 (benchmarks/bench_cute_dsl_blockscaled_gemm.py) and PR #1502, simulated with the B200 description
+(`emulate.py flashinfer --time`, its default tactic: 128x128 MMA tile, 1x1 cluster, one CTA per SM on 148
+SMs). The published figure is the kernel's own time (kineto), so it is compared with the simulated kernel
+span, not the board time. masked_m is the benchmark's own draw: Python's `random.seed(42)`, then per case in
+the script's order `int(expected_m * random.uniform(0.7, 1.3))` per group, once without and once with
+autotuning; the draw without autotuning is used.
 """
 
 from __future__ import annotations
@@ -26,18 +38,19 @@ import argparse
 import csv
 import json
 import math
+import random
 import re
+import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tools"))
-SPEC_FILE = ROOT / "tools" / "timing_validation.spec"
+SPEC_FILE = ROOT / "tools" / "timing_cases.txt"
+EMULATE = ROOT / "tools" / "emulate.py"
 
-# FlashInfer's masked grouped NVFP4 GEMM on a B200, published (../shared/ANCHORS.md): flashinfer-ai/flashinfer
-# PR #2503 (benchmarks/bench_cute_dsl_blockscaled_gemm.py, expected M per group) and PR #1502.
-# (G, expected m per group, N, K, us, source)
+# (G, expected m per group, N, K, published us, source); ../shared/ANCHORS.md
 FLASHINFER_ANCHORS = [
     (18, 28, 4096, 7168, 67, "PR #2503"), (18, 56, 4096, 7168, 67, "PR #2503"), (18, 113, 4096, 7168, 72, "PR #2503"),
     (18, 170, 4096, 7168, 89, "PR #2503"), (18, 227, 4096, 7168, 96, "PR #2503"), (18, 341, 4096, 7168, 123, "PR #2503"),
@@ -49,6 +62,12 @@ FLASHINFER_ANCHORS = [
     (4, 1024, 7168, 2048, 39, "PR #2503"), (4, 2048, 4096, 7168, 130, "PR #2503"), (4, 2048, 7168, 2048, 82, "PR #2503"),
     (6, 1024, 4096, 7168, 87, "PR #1502"),
 ]
+B200_SMS = 148
+
+
+# --------------------------------------------------------------------------------------------------
+# measured rows
+# --------------------------------------------------------------------------------------------------
 
 
 def spec_of(case: str) -> str:
@@ -65,12 +84,11 @@ def spec_of(case: str) -> str:
 
 
 def read_measured(path: Path) -> list:
+    """[(case, spec, config, mean_us)] from h200_timing_cases.py's JSON or a CSV."""
     text = path.read_text()
-    if path.suffix == ".json":
-        rows = json.loads(text)
-    else:
-        rows = list(csv.DictReader(text.splitlines()))
-    return [(r["case"], r.get("config") or "shipped", float(r["mean_us"])) for r in rows]
+    rows = json.loads(text) if path.suffix == ".json" else list(csv.DictReader(text.splitlines()))
+    return [(r["case"], r.get("spec") or spec_of(r["case"]), r.get("config") or "shipped", float(r["mean_us"]))
+            for r in rows]
 
 
 def read_eval_output(argument: str) -> list:
@@ -83,34 +101,111 @@ def read_eval_output(argument: str) -> list:
             continue
         match = re.match(r"^\s*(\d+)\s+([\d.]+)\s", line)
         if in_table and match:
-            rows.append((f"{cases} {match[1]}", config, float(match[2])))
+            case = f"{cases} {match[1]}"
+            rows.append((case, spec_of(case), config, float(match[2])))
     return rows
 
 
-def simulate(spec: str, config: str, arch: str) -> dict:
-    """The timed emulator's figures for one case (emulate.py's submission route, timed)."""
-    import emulate
-    from emulator import driver
+# --------------------------------------------------------------------------------------------------
+# simulation: one emulate.py process per case
+# --------------------------------------------------------------------------------------------------
 
-    driver.install()
-    import emulator
 
-    if arch == "sm_90a" and not hasattr(emulate, "run_sm90_case"):
-        raise SystemExit("validate_timing.py: the sm_90a route (issue 24 item 4) is not on this branch yet: "
-                         "merge it, then run again")
-    args = argparse.Namespace(mode="timed", seed=0, ptx_filter=None, step_budget=None, workers=None,
-                              machine={"sm_100a": "b200", "sm_90a": "h200"}[arch], timeline=None, time=True,
-                              timing_only=False)
-    if arch == "sm_90a":
-        (word, _, message), stats = emulate.run_sm90_case(spec, config, args, emulator)
-    else:
-        S = emulate.load_submission(ROOT / "submission.py")
-        S.SM100_CONFIG = config
-        S.DEVICE = emulate.EmulatedB200(None)
-        (word, _, message), stats = emulate.run_submission_case(S, spec, args, emulator)
-    if word != "PASS":
-        raise SystemExit(f"validate_timing.py: {spec} {config}: {word} {message}")
-    return stats.timing
+CASE_TIMEOUT = None  # seconds one emulate.py process may run (--case-timeout)
+
+
+def emulate_timed(arguments: list, timing_only: bool) -> dict:
+    """Run `tools/emulate.py ARGUMENTS --time` and return its timing figures and verdict (a verdict other than
+    PASS, or TIMED under --timing-only, is an error row: its last line is kept)."""
+    command = [sys.executable, str(EMULATE), *arguments, "--time"] + (["--timing-only"] if timing_only else [])
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                              timeout=CASE_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return {"error": f"not finished in {CASE_TIMEOUT} s (--case-timeout)", "verdict": "TIMEOUT"}
+    lines = done.stdout.strip().splitlines()
+    timing = next((json.loads(line[len("timing: "):]) for line in lines if line.startswith("timing: ")), None)
+    last = lines[-1] if lines else (done.stderr.strip().splitlines() or ["no output"])[-1]
+    word = last.split()[0] if last else ""
+    if timing is None or word not in ("PASS", "TIMED"):
+        return {"error": last, "verdict": word}
+    seconds = re.search(r"seconds=([\d.]+)", last)
+    return {**timing, "verdict": word, "seconds": float(seconds[1]) if seconds else None}
+
+
+def hopper_or_b200_config(config: str) -> str:
+    """A config text as emulate.py's --config takes it: a bare switch is applied to the shipped one."""
+    return config if config.split(",")[0] in ("shipped", "safe") else f"shipped,{config}"
+
+
+def in_parallel(function, items: list, jobs: int, save: Path | None) -> list:
+    """[function(item)] computed `jobs` at a time; with `save`, the rows finished so far are written after
+    each one (a run cut short keeps them)."""
+    results = [None] * len(items)
+
+    def run(index):
+        results[index] = function(items[index])
+        if save is not None:
+            save.write_text(json.dumps([r for r in results if r is not None], indent=1) + "\n")
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        list(pool.map(run, range(len(items))))
+    return results
+
+
+def simulate_cases(measured: list, arch: str, jobs: int, timing_only: bool, save: Path | None) -> list:
+    def one(row):
+        case, spec, config, mean_us = row
+        figures = emulate_timed(["submission", "--arch", arch, "--config", hopper_or_b200_config(config),
+                                 "--spec", spec], timing_only)
+        print(f"simulated {case} {config}: " + (f"{figures['board_us']:.2f} us ({figures['seconds']} s)"
+                                                 if "error" not in figures else figures["error"]), flush=True)
+        return {"case": case, "spec": spec, "config": config, "measured_us": mean_us, "simulated": figures}
+
+    return in_parallel(one, measured, jobs, save)
+
+
+def flashinfer_masked_m() -> dict:
+    """(G, expected m, N, K) -> masked_m as PR #2503's benchmark drew it without autotuning (module docstring)."""
+    draws = random.Random(42)
+    cases = [(6, 1024), (6, 512), (1, 1024), (2, 512), (4, 256)]
+    for ranks in (4, 8, 16, 32, 36, 48, 72):
+        for tokens in (64, 128, 256, 384, 512, 768, 1024):
+            groups = 288 // ranks
+            cases.append((groups, tokens * 8 // groups))
+    masked = {}
+    for groups, m in cases:
+        for n, k in ((4096, 7168), (7168, 2048)):
+            for autotune in (False, True):
+                values = [int(m * draws.uniform(0.7, 1.3)) for _ in range(groups)]
+                if not autotune:
+                    masked.setdefault((groups, m, n, k), values)
+    return masked
+
+
+def simulate_flashinfer(points: list, jobs: int, save: Path | None) -> list:
+    masked = flashinfer_masked_m()
+
+    def one(point):
+        g, m, n, k, published, source = point
+        values = masked[(g, m, n, k)]
+        figures = emulate_timed(["flashinfer", "--groups", str(g), "--masked-m", ",".join(map(str, values)),
+                                 "--nk", f"{n},{k}", "--clusters", str(B200_SMS)], timing_only=True)
+        case = f"FlashInfer G={g} m~{m} N={n} K={k} ({source})"
+        print(f"simulated {case}: " + (f"kernel {figures['kernel_us']:.2f} us ({figures['seconds']} s)"
+                                       if "error" not in figures else figures["error"]), flush=True)
+        simulated = dict(figures)
+        if "kernel_us" in simulated:  # the published time is the kernel's (kineto): compare the kernel span
+            simulated["board_us"] = simulated["kernel_us"]
+        return {"case": case, "spec": f"masked_m {values}", "config": "128x128, 1x1", "measured_us": published,
+                "simulated": simulated}
+
+    return in_parallel(one, points, jobs, save)
+
+
+# --------------------------------------------------------------------------------------------------
+# the report
+# --------------------------------------------------------------------------------------------------
 
 
 def fit_gap(rows: list, fit: set) -> float:
@@ -122,13 +217,16 @@ def fit_gap(rows: list, fit: set) -> float:
 
 
 def report(rows: list, fit: set, markdown: bool) -> None:
-    shift = fit_gap(rows, fit)
-    out = []
-    held = []
+    """rows: [(case, config, measured us, simulated us or None)]."""
+    shift = fit_gap([r for r in rows if r[3] is not None], fit)
+    out, held = [], []
     for i, (case, config, measured, simulated) in enumerate(rows, 1):
+        role = "fitted" if i in fit else "held out"
+        if simulated is None:
+            out.append((str(i), case, config, f"{measured:.2f}", "failed", "", role))
+            continue
         predicted = simulated + shift
         error = (predicted - measured) / measured
-        role = "fitted" if i in fit else "held out"
         if i not in fit:
             held.append((error, case, config))
         out.append((str(i), case, config, f"{measured:.2f}", f"{predicted:.2f}", f"{100 * error:+.1f}%", role))
@@ -139,7 +237,7 @@ def report(rows: list, fit: set, markdown: bool) -> None:
             print("| " + " | ".join(r) + " |")
     else:
         for r in [header, *out]:
-            print(f"{r[0]:>3}  {r[1]:<10.60} {r[2]:<28} {r[3]:>11} {r[4]:>12} {r[5]:>7}  {r[6]}")
+            print(f"{r[0]:>3}  {r[1]:<40.40} {r[2]:<20} {r[3]:>11} {r[4]:>12} {r[5]:>7}  {r[6]}")
     if fit:
         print(f"fitted: launch gap {shift:+.2f} us per call on rows {sorted(fit)}")
     if held:
@@ -149,7 +247,8 @@ def report(rows: list, fit: set, markdown: bool) -> None:
               f"({worst[1]}, {worst[2]})")
     by_case = {}
     for case, config, measured, simulated in rows:
-        by_case.setdefault(case, []).append((config, measured, simulated))
+        if simulated is not None:
+            by_case.setdefault(case, []).append((config, measured, simulated))
     for case, configs in by_case.items():
         for a in range(len(configs)):
             for b in range(a + 1, len(configs)):
@@ -159,39 +258,46 @@ def report(rows: list, fit: set, markdown: bool) -> None:
                       f"{sb:.2f}: {'right' if right else 'WRONG'}")
 
 
+def report_rows(saved: list) -> list:
+    return [(r["case"], r["config"], r["measured_us"], r["simulated"].get("board_us")) for r in saved]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("measured", nargs="?", type=Path)
     parser.add_argument("--from-eval", action="append", default=[], metavar="FILE:CASES:CONFIG")
+    parser.add_argument("--simulated", type=Path, metavar="FILE.json", help="report rows saved by --save")
     parser.add_argument("--arch", choices=("sm_90a", "sm_100a"), default="sm_90a")
     parser.add_argument("--fit-cases", default="", metavar="ROWS", help="rows (from 1) the launch gap is fitted on")
+    parser.add_argument("--jobs", type=int, default=1, metavar="N", help="cases simulated at once")
+    parser.add_argument("--timing-only", action="store_true", help="emulate.py's fast path (the same times)")
+    parser.add_argument("--save", type=Path, metavar="FILE.json",
+                        help="write the rows with their simulated figures (after each case)")
+    parser.add_argument("--case-timeout", type=float, default=None, metavar="S",
+                        help="seconds one case's emulate.py may run (then the row says so)")
     parser.add_argument("--markdown", action="store_true")
     parser.add_argument("--flashinfer-anchors", action="store_true",
-                        help="list FlashInfer's published B200 points and simulate them once its route is merged")
+                        help="simulate FlashInfer's published B200 points (module docstring)")
+    parser.add_argument("--points", default="", metavar="N,..", help="which anchors (from 1; default all)")
     args = parser.parse_args(argv)
-    if args.flashinfer_anchors:
-        import emulate
-
-        for g, m, n, k, us, source in FLASHINFER_ANCHORS:
-            print(f"G={g} m={m} N={n} K={k}: published {us} us ({source})")
-        if not hasattr(emulate, "run_flashinfer"):
-            print("FlashInfer's route (emulate.py flashinfer, branch groundtruth) is not on this branch yet: "
-                  "merge it, then each point runs timed on the B200 description")
-            return 0
-        raise SystemExit("validate_timing.py: wire the merged FlashInfer route here (emulate.run_flashinfer)")
-    measured = (read_measured(args.measured) if args.measured else [])
-    for argument in args.from_eval:
-        measured += read_eval_output(argument)
-    if not measured:
-        parser.error("no measured means: give MEASURED or --from-eval")
-    rows = []
-    for case, config, mean_us in measured:
-        timing = simulate(spec_of(case), config, args.arch)
-        rows.append((case, config, mean_us, timing["board_us"]))
-        print(f"simulated {case} {config}: {timing['board_us']:.2f} us", flush=True)
+    global CASE_TIMEOUT
+    CASE_TIMEOUT = args.case_timeout
+    if args.simulated:
+        saved = json.loads(args.simulated.read_text())
+    elif args.flashinfer_anchors:
+        chosen = {int(x) for x in args.points.split(",") if x.strip()}
+        points = [p for i, p in enumerate(FLASHINFER_ANCHORS, 1) if not chosen or i in chosen]
+        saved = simulate_flashinfer(points, args.jobs, args.save)
+    else:
+        measured = read_measured(args.measured) if args.measured else []
+        for argument in args.from_eval:
+            measured += read_eval_output(argument)
+        if not measured:
+            parser.error("no measured times: give MEASURED, --from-eval, --simulated or --flashinfer-anchors")
+        saved = simulate_cases(measured, args.arch, args.jobs, args.timing_only, args.save)
     fit = {int(x) for x in args.fit_cases.split(",") if x.strip()}
-    report(rows, fit, args.markdown)
+    report(report_rows(saved), fit, args.markdown)
     return 0
 
 
