@@ -112,12 +112,15 @@ def read_eval_output(argument: str) -> list:
 
 
 CASE_TIMEOUT = None  # seconds one emulate.py process may run (--case-timeout)
+MACHINE_SETTINGS: list = []  # --set NAME=VALUE, passed on to every emulate.py run (a what-if description)
 
 
 def emulate_timed(arguments: list, timing_only: bool) -> dict:
     """Run `tools/emulate.py ARGUMENTS --time` and return its timing figures and verdict (a verdict other than
     PASS, or TIMED under --timing-only, is an error row: its last line is kept)."""
     command = [sys.executable, str(EMULATE), *arguments, "--time"] + (["--timing-only"] if timing_only else [])
+    for setting in MACHINE_SETTINGS:
+        command += ["--set", setting]
     try:
         done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL,
                               timeout=CASE_TIMEOUT)
@@ -278,6 +281,8 @@ def main(argv=None) -> int:
                         help="write the rows with their simulated figures (after each case)")
     parser.add_argument("--case-timeout", type=float, default=None, metavar="S",
                         help="seconds one case's emulate.py may run (then the row says so)")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="change one constant of the machine description in every run (emulate.py --set)")
     parser.add_argument("--markdown", action="store_true")
     parser.add_argument("--flashinfer-anchors", action="store_true",
                         help="simulate FlashInfer's published B200 points (module docstring)")
@@ -285,6 +290,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     global CASE_TIMEOUT
     CASE_TIMEOUT = args.case_timeout
+    MACHINE_SETTINGS[:] = args.set
     if args.simulated:
         saved = json.loads(args.simulated.read_text())
     elif args.flashinfer_anchors:
