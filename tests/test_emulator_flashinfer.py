@@ -15,6 +15,7 @@ Under CI=true a missing flashinfer-python fails instead of skipping.
 """
 
 import importlib.metadata
+import re
 import subprocess
 import sys
 import time
@@ -119,3 +120,21 @@ def test_field_bug_is_caught_in_2cta_form_and_both_modes(mode):
     require(BUGGY)
     rc, verdict, out, _ = emulate(*WRAP_CASE, *FORMS["2cta"], "--mode", mode, "--seed", "3")
     assert rc == 4 and "past the end of masked_m" in verdict, out[-3000:]
+
+
+@pytest.mark.long
+def test_benchmarks_side_by_side_with_ours():
+    """`emulate.py benchmarks --kernel both`: on benchmark 4 both kernels PASS against the exact reference under
+    the clock, and the command prints their ratio and the two-kernel geomean row last."""
+    require("0.6.7.post3", "0.6.17")
+    done = subprocess.run([sys.executable, "tools/emulate.py", "benchmarks", "--kernel", "both", "--only", "4"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    runs = [line for line in lines if line.startswith("benchmark 4 (")]
+    assert len(runs) == 2 and all(": PASS simulated" in line for line in runs), runs
+    ratio = next(line for line in lines if line.startswith("benchmark 4: ours "))
+    ours, theirs, quotient = (float(x) for x in re.findall(r"(\d+\.\d+)", ratio))
+    assert quotient == pytest.approx(ours / theirs, abs=0.006)
+    assert re.match(r"geomean ours \d+\.\d\d us, flashinfer \d+\.\d\d us", next(
+        line for line in lines if line.startswith("geomean")))

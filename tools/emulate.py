@@ -10,7 +10,7 @@
         [--workers W] [--mode eager|adversarial] [--seed S] [--ptx-filter CMD] [--submission FILE] [--races]
         [--arch sm_100a|sm_90a]
 
-    python tools/emulate.py benchmarks [--kernel submission|flashinfer] [--config TEXT] [--arch sm_100a|sm_90a]
+    python tools/emulate.py benchmarks [--kernel submission|flashinfer|both] [--config TEXT] [--arch sm_100a|sm_90a]
         [--only N] [--timeline FILE.png]
 
 `--time` (or `--mode timed`) runs the timed mode (emulator/clock.py, with emulator/machines/'s description
@@ -18,7 +18,9 @@ of the GPU): the verdict line adds `simulated X.XX us`, one call's board time (D
 `--timeline FILE.png` also draws the first two CTAs' warps over time; `--timing-only` skips TMA data and MMA
 arithmetic (the same times; outputs neither computed nor checked: verdict TIMED). `benchmarks` runs task.yml's four
 benchmarks timed, at the B200's worker count, each checked against the reference, and prints a geomean
-row last.
+row last; `--kernel flashinfer` times FlashInfer's masked kernel on the same shapes (its padded layout:
+masked_m is the M list; default tactic, 148 SMs), `--kernel both` the two side by side with their ratio
+per benchmark and `geomean ours X us, flashinfer Y us` last.
 
 `nvidia` runs NVIDIA's dense_blockscaled_gemm_persistent.py (torch's copy of the CUTLASS v4.3.5 example) on
 random FP4 data and random e4m3 scales; `nvidia-grouped` runs NVIDIA's grouped_blockscaled_gemm.py (CUTLASS
@@ -141,7 +143,8 @@ def parse_args(argv=None):
             p.add_argument("--arch", choices=tuple(ARCH_GPU), default="sm_100a",
                            help="sm_100a: the B200 kernel; sm_90a: the Hopper kernel on an emulated H200")
     p = sub.add_parser("benchmarks", help="task.yml's benchmarks, timed")
-    p.add_argument("--kernel", choices=("submission", "flashinfer"), default="submission")
+    p.add_argument("--kernel", choices=("submission", "flashinfer", "both"), default="submission",
+                   help="whose kernel: ours, FlashInfer's masked kernel, or both side by side")
     p.add_argument("--config", default="shipped", metavar="TEXT", help="an SM100_CONFIG text")
     p.add_argument("--arch", choices=tuple(ARCH_GPU), default="sm_100a")
     p.add_argument("--only", type=int, default=None, metavar="N", help="only benchmark N (from 1)")
@@ -388,48 +391,78 @@ def run_submission(args, emulator) -> tuple:
 
 
 def run_benchmarks(args, emulator) -> tuple:
-    """task.yml's benchmarks, timed: a line per benchmark (verdict, simulated board time, the clock's
-    figures), then the geomean row."""
+    """task.yml's benchmarks, timed: a line per benchmark and kernel (verdict, simulated board time, the
+    clock's figures), then the geomean row; with `--kernel both`, ours and FlashInfer's masked kernel side by
+    side, their ratio per benchmark and `geomean ours X us, flashinfer Y us` last."""
     import math
 
     import eval as harness
 
-    if args.kernel == "flashinfer":
-        raise ValueError("benchmarks --kernel flashinfer: FlashInfer's route is `emulate.py flashinfer`, not "
-                         "timed over task.yml yet; ours is")
-    S = load_submission(args.submission)
-    S.sm100_config(args.config)
-    S.SM100_CONFIG = args.config
-    if args.arch == "sm_90a":  # the same seam run_submission uses
-        hopper_config(S, args.config)
-        EmulatedH200(None).install(S)
-    else:
-        S.DEVICE = EmulatedB200(None)
+    kernels = ("submission", "flashinfer") if args.kernel == "both" else (args.kernel,)
+    S = None
+    if "submission" in kernels:
+        S = load_submission(args.submission)
+        S.sm100_config(args.config)
+        S.SM100_CONFIG = args.config
+        if args.arch == "sm_90a":  # the same seam run_submission uses
+            hopper_config(S, args.config)
+            EmulatedH200(None).install(S)
+        else:
+            S.DEVICE = EmulatedB200(None)
+    elif args.arch != "sm_100a":
+        raise ValueError("benchmarks --kernel flashinfer: FlashInfer's masked kernel is sm_100a only")
     _, benchmarks, _ = harness.load_task(ROOT / "task.yml")
-    results, times, total = [], [], []
+    results, times, total = [], {k: [] for k in kernels}, []
     for number, entry in enumerate(benchmarks, start=1):
         if args.only not in (None, number):
             continue
-        spec = harness._spec_line(entry)
-        start = time.perf_counter()
-        (word, max_error, message), stats = run_submission_case(S, spec, args, emulator)
-        t = stats.timing
-        results.append((word, max_error, message))
-        total.append(stats)
-        times.append(t["board_us"])
-        print(f"benchmark {number} (G={entry['g']}, N={entry['n'][0]}, K={entry['k'][0]}) {args.config}: {word} "
-              f"simulated {t['board_us']:.2f} us (kernel {t['kernel_us']:.2f} us, prologue {t['prologue_us']:.2f} us, "
-              f"HBM read {t['hbm_read_mb']:.1f} MB, L2 hits {t['l2_hits']}/{t['l2_hits'] + t['l2_misses']}, "
-              f"tensor pipe busy {100 * t['tensor_busy']:.0f}%) seconds={time.perf_counter() - start:.1f}"
-              + (f"\n  {message}" if message else ""), flush=True)
-    geomean = math.exp(sum(math.log(x) for x in times) / len(times))
-    print(f"geomean ours {geomean:.2f} us ({args.machine.upper()} description, {len(times)} benchmark(s))",
-          flush=True)
+        for kernel in kernels:
+            start = time.perf_counter()
+            if kernel == "submission":
+                (word, max_error, message), stats = run_submission_case(S, harness._spec_line(entry), args, emulator)
+                label = args.config
+            else:
+                (word, max_error, message), stats = flashinfer_benchmark(entry, args, emulator)
+                label = "flashinfer 128x128 1x1"
+            t = stats.timing
+            results.append((word, max_error, message))
+            total.append(stats)
+            times[kernel].append(t["board_us"])
+            print(f"benchmark {number} (G={entry['g']}, N={entry['n'][0]}, K={entry['k'][0]}) {label}: {word} "
+                  f"simulated {t['board_us']:.2f} us (kernel {t['kernel_us']:.2f} us, prologue "
+                  f"{t['prologue_us']:.2f} us, HBM read {t['hbm_read_mb']:.1f} MB, L2 hits "
+                  f"{t['l2_hits']}/{t['l2_hits'] + t['l2_misses']}, tensor pipe busy {100 * t['tensor_busy']:.0f}%) "
+                  f"seconds={time.perf_counter() - start:.1f}" + (f"\n  {message}" if message else ""), flush=True)
+        if len(kernels) == 2:
+            ours, theirs = times["submission"][-1], times["flashinfer"][-1]
+            print(f"benchmark {number}: ours {ours:.2f} us, flashinfer {theirs:.2f} us, ours / flashinfer "
+                  f"{ours / theirs:.2f}", flush=True)
+    geomean = {k: math.exp(sum(math.log(x) for x in v) / len(v)) for k, v in times.items()}
+    names = {"submission": "ours", "flashinfer": "flashinfer"}
+    print("geomean " + ", ".join(f"{names[k]} {g:.2f} us" for k, g in geomean.items())
+          + f" ({args.machine.upper()} description, {len(times[kernels[0]])} benchmark(s))", flush=True)
     worst = max(results, key=lambda r: EXIT[r[0]])
     errors = [r[1] for r in results if r[1] is not None]  # (error/tol, max_abs_error) per benchmark
     combined = emulator.combine(total)
-    combined.timing["board_us"] = geomean
+    combined.timing["board_us"] = geomean[kernels[0]]
     return (worst[0], max(errors) if errors else None, ""), combined
+
+
+def flashinfer_benchmark(entry: dict, args, emulator) -> tuple:
+    """One task.yml benchmark on FlashInfer's masked kernel in its padded layout (every benchmark's groups
+    share N and K: masked_m is the M list), its default tactic (128x128 tile, 1x1 cluster) on all 148 SMs."""
+    from emulator.flashinfer import FlashInferMasked
+
+    if len(set(entry["n"])) != 1 or len(set(entry["k"])) != 1:
+        raise ValueError("benchmarks --kernel flashinfer: FlashInfer's layout needs one N and K for every group")
+    # one element past masked_m is registered: flashinfer 0.6.7.post3 reads masked_m[G] (the field bug the
+    # tests catch), and this route times the kernel rather than judging it
+    case = FlashInferMasked(list(entry["m"]), entry["n"][0], entry["k"][0], max_active_clusters=148,
+                            seed=entry.get("seed", 0), masked_m_slack=1)
+    emu = make_emulator(args, emulator, case.warp_roles)
+    case.register(emu)
+    stats = emulator.combine(emu.call(case.compiled, *case.args))
+    return (TIMING_ONLY if args.timing_only else case.compare(ATOL, RTOL)), stats
 
 
 def submission_roles(S) -> dict:
