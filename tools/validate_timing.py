@@ -215,20 +215,20 @@ def simulate_flashinfer(points: list, jobs: int, save: Path | None) -> list:
 
 def fit_gap(rows: list, fit: set) -> float:
     """The additive launch-gap change minimising the relative error over the fit rows (closed form)."""
-    used = [(m, s) for i, (_, _, m, s) in enumerate(rows, 1) if i in fit]
+    used = [(m, s) for i, (_, _, m, s) in enumerate(rows, 1) if i in fit and not isinstance(s, str)]
     if not used:
         return 0.0
     return sum((m - s) / m ** 2 for m, s in used) / sum(1 / m ** 2 for m, _ in used)
 
 
 def report(rows: list, fit: set, markdown: bool) -> None:
-    """rows: [(case, config, measured us, simulated us or None)]."""
-    shift = fit_gap([r for r in rows if r[3] is not None], fit)
+    """rows: [(case, config, measured us, simulated us, or the verdict of a run that gave no time)]."""
+    shift = fit_gap(rows, fit)
     out, held = [], []
     for i, (case, config, measured, simulated) in enumerate(rows, 1):
         role = "fitted" if i in fit else "held out"
-        if simulated is None:
-            out.append((str(i), case, config, f"{measured:.2f}", "failed", "", role))
+        if isinstance(simulated, str):
+            out.append((str(i), case, config, f"{measured:.2f}", simulated, "", role))
             continue
         predicted = simulated + shift
         error = (predicted - measured) / measured
@@ -252,7 +252,7 @@ def report(rows: list, fit: set, markdown: bool) -> None:
               f"({worst[1]}, {worst[2]})")
     by_case = {}
     for case, config, measured, simulated in rows:
-        if simulated is not None:
+        if not isinstance(simulated, str):
             by_case.setdefault(case, []).append((config, measured, simulated))
     for case, configs in by_case.items():
         for a in range(len(configs)):
@@ -264,7 +264,8 @@ def report(rows: list, fit: set, markdown: bool) -> None:
 
 
 def report_rows(saved: list) -> list:
-    return [(r["case"], r["config"], r["measured_us"], r["simulated"].get("board_us")) for r in saved]
+    return [(r["case"], r["config"], r["measured_us"],
+             r["simulated"].get("board_us", r["simulated"].get("verdict") or "no time")) for r in saved]
 
 
 def main(argv=None) -> int:
