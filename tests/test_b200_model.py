@@ -172,6 +172,7 @@ def test_fit_recovers_known_constants():
         assert getattr(fitted, name) == pytest.approx(getattr(truth, name), rel=0.01), name
 
 
+@pytest.mark.long  # the quick suite's budget (issue 26): CI runs it under -m long
 def test_leave_one_design_out():
     """The audit's figures: 18% held-out RMS, worst 36%, v6b's held-out rows all too slow."""
     loo = model.leave_one_design_out(BENCHES)
@@ -390,6 +391,7 @@ def test_sm90_profile_takes_json():
     assert "--json FILE" in help_text
 
 
+@pytest.mark.long  # the quick suite's budget (issue 26): CI runs it under -m long
 def test_bad_input_is_one_line():
     for args in (["--config", "fast"], ["--refit", "/nonexistent.json"]):
         done = subprocess.run([sys.executable, str(ROOT / "tools" / "b200_model.py"), *args],

@@ -480,7 +480,8 @@ def test_a_malformed_config_line_is_one_line_on_any_machine(tmp_path, line, said
 
 
 @pytest.mark.parametrize("text, said", [("bogus=1", "--config bogus=1: 'bogus=1': expected field=value"),
-                                        ("cta_group=x", "--config cta_group=x: invalid literal for int()")])
+                                        pytest.param("cta_group=x", "--config cta_group=x: invalid literal for int()",
+                                                     marks=pytest.mark.long)])
 def test_config_is_checked_before_the_gpu_is_looked_for(text, said):
     done = run_tool("--config", text)
     assert done.returncode == 2 and done.stdout == "" and done.stderr.count("\n") == 1, done.stderr

@@ -189,6 +189,7 @@ def nvidia_timed(mnk, clusters, *extra):
     return json.loads(next(line for line in lines if line.startswith("timing: "))[len("timing: "):])
 
 
+@pytest.mark.long  # the quick suite's budget (issue 26): CI runs it under -m long
 def test_twice_the_k_takes_longer():
     short = nvidia_timed((128, 128, 512), 1)
     long = nvidia_timed((128, 128, 1024), 1)
@@ -197,6 +198,7 @@ def test_twice_the_k_takes_longer():
     assert long["hbm_read_mb"] == pytest.approx(2 * short["hbm_read_mb"], rel=0.05)
 
 
+@pytest.mark.long  # the quick suite's budget (issue 26): CI runs it under -m long
 def test_hbm_bandwidth_is_shared_across_sms():
     """Two CTAs each streaming their own B tile take longer than one CTA streaming one when HBM is the
     bottleneck (1/1000 of the B200's bandwidth), and about the same time when it is not (1000x); the A

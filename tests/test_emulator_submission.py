@@ -87,7 +87,7 @@ def test_each_switch_flipped_from_shipped(switch):
     assert_all_pass(f"shipped,{switch}", [EDGE_SPECS[1]])
 
 
-@pytest.mark.parametrize("config", ["shipped", "safe"])
+@pytest.mark.parametrize("config", ["shipped", pytest.param("safe", marks=pytest.mark.long)])
 def test_the_b200s_real_worker_count_on_small_shapes(config):
     assert_all_pass(config, [TASK_SPECS[8], EDGE_SPECS[0]], workers=None)
 

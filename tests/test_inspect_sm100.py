@@ -408,6 +408,7 @@ def test_a_bad_configuration_leaves_no_temp_folder(tmp_path):
     assert list(temp.glob("inspect_sm100_*")) == []  # (CuTe DSL keeps a cache folder there too)
 
 
+@pytest.mark.long  # the quick suite's budget (issue 26): CI runs it under -m long
 def test_keep_writes_one_folder_per_configuration(tmp_path):
     """A configuration's text holds "/" (token_variants=64/128): its folder is still one folder."""
     done = subprocess.run([sys.executable, str(ROOT / "tools" / "inspect_sm100.py"), "--groups", "1",
