@@ -135,3 +135,11 @@ def shipped_inspection(tmp_path_factory):
     done = subprocess.run([sys.executable, str(ROOT / "tools" / "inspect_sm100.py"), "--config", "shipped",
                            "--keep", str(keep)], capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
     return done, keep
+
+
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: one worker more than half again the cores. Many tests spend most of their time waiting on
+    a child process (eval.py, emulate.py, a DSL compile), so a worker per core leaves cores idle: on 2 cores
+    3 workers take the quick suite from 5 min 25 s to the figure in BENCHMARKS.md."""
+    cores = os.cpu_count() or 1
+    return cores + (cores + 1) // 2
