@@ -137,6 +137,7 @@ def shipped_inspection(tmp_path_factory):
     return done, keep
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: without xdist, nothing to answer
 def pytest_xdist_auto_num_workers(config):
     """`-n auto`: one worker more than half again the cores. Many tests spend most of their time waiting on
     a child process (eval.py, emulate.py, a DSL compile), so a worker per core leaves cores idle: on 2 cores
