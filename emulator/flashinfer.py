@@ -38,7 +38,7 @@ import sys
 import numpy as np
 import torch
 
-from .nvidia import E2M1, SF_VEC, blocked_scales
+from .nvidia import SF_VEC, blocked_scales, dequantize
 
 KERNEL_MODULE = "flashinfer.gemm.kernels.grouped_gemm_masked_blackwell"
 SLACK_GARBAGE = 0x5A5A5A5A  # what a slack element of masked_m holds
@@ -178,13 +178,6 @@ class FlashInferMasked:
     def reference(self, group: int) -> np.ndarray:
         """Group g's valid rows of C = (A * SFA) (B * SFB)^T, exact (float64)."""
         rows = self.masked_m[group]
-
-        def dequantize(codes: torch.Tensor, scales: np.ndarray) -> np.ndarray:
-            raw = codes.numpy()
-            values = np.empty((raw.shape[0], raw.shape[1] * 2))
-            values[:, 0::2] = E2M1[raw & 0xF]  # element 2i in the low nibble
-            values[:, 1::2] = E2M1[raw >> 4]
-            return values * np.repeat(scales, SF_VEC, axis=1)
 
         return dequantize(self.a[group, :rows], self.sfa_values[group][:rows]) @ \
             dequantize(self.b[group], self.sfb_values[group]).T

@@ -122,6 +122,22 @@ class Wait:
         raise NotImplementedError
 
 
+class AsyncOpsWait(Wait):
+    """Timed mode: a warp blocked until asynchronous operations complete (`cp.async.bulk.wait_group` on its
+    TMA stores, `wgmma.wait_group` on its wgmma-groups); the clock wakes it when the last is delivered."""
+
+    def __init__(self, instruction: str, ops: list, what: str):
+        self.instruction = instruction
+        self.ops = ops
+        self.what = what  # what one operation is, for the hang report
+
+    def ready(self) -> bool:
+        return all(op.delivered for op in self.ops)
+
+    def describe(self) -> str:
+        return f"{self.instruction}: {sum(not op.delivered for op in self.ops)} {self.what} in flight"
+
+
 @dataclass
 class MBarrierWait(Wait):
     cta: "Cta"

@@ -74,6 +74,16 @@ def e4m3_values(raw: np.ndarray) -> np.ndarray:
     return torch.from_numpy(raw.copy()).view(torch.float8_e4m3fn).to(torch.float64).numpy()
 
 
+def dequantize(codes: torch.Tensor, scales: np.ndarray) -> np.ndarray:
+    """FP4 codes (two per byte, element 2i in the low nibble) times their e4m3 scales (one per 16), in float64:
+    the exact operands every ground-truth kernel's reference multiplies."""
+    raw = codes.numpy()
+    values = np.empty((raw.shape[0], raw.shape[1] * 2))
+    values[:, 0::2] = E2M1[raw & 0xF]
+    values[:, 1::2] = E2M1[raw >> 4]
+    return values * np.repeat(scales, SF_VEC, axis=1)
+
+
 def blocked_scales(rows: int, k: int, rng) -> tuple[torch.Tensor, np.ndarray]:
     """Scale factors in the layout the example reads (32 x 4 rows by 4 scale columns per 512-byte block,
     blocks row-block-major): the bytes, and the (rows, k / 16) matrix of their values."""
@@ -137,11 +147,4 @@ class NvidiaExample:
 
     def reference(self) -> torch.Tensor:
         """C = (A * SFA) (B * SFB)^T, exact: every FP4 x e4m3 product and their sums in float64."""
-        def dequantize(codes: torch.Tensor, scales: np.ndarray) -> np.ndarray:
-            raw = codes.numpy()
-            values = np.empty((raw.shape[0], raw.shape[1] * 2))
-            values[:, 0::2] = E2M1[raw & 0xF]  # element 2i in the low nibble
-            values[:, 1::2] = E2M1[raw >> 4]
-            return values * np.repeat(scales, SF_VEC, axis=1)
-
         return torch.from_numpy(dequantize(self.a, self.sfa_values) @ dequantize(self.b, self.sfb_values).T)

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .nvidia import E2M1, SF_VEC, blocked_scales, example_candidates
+from .nvidia import SF_VEC, blocked_scales, dequantize, example_candidates
 
 EXAMPLE = "grouped_blockscaled_gemm.py"
 DSL_SERIES = "4.5."  # the example uses DSL APIs 4.3.5 lacks
@@ -55,14 +55,6 @@ def _load_example():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def dequantize(codes: torch.Tensor, scales: np.ndarray) -> np.ndarray:
-    raw = codes.numpy()
-    values = np.empty((raw.shape[0], raw.shape[1] * 2))
-    values[:, 0::2] = E2M1[raw & 0xF]  # element 2i in the low nibble
-    values[:, 1::2] = E2M1[raw >> 4]
-    return values * np.repeat(scales, SF_VEC, axis=1)
 
 
 class NvidiaGrouped:

@@ -111,21 +111,19 @@ def read_eval_output(argument: str) -> list:
 # --------------------------------------------------------------------------------------------------
 
 
-CASE_TIMEOUT = None  # seconds one emulate.py process may run (--case-timeout)
-MACHINE_SETTINGS: list = []  # --set NAME=VALUE, passed on to every emulate.py run (a what-if description)
-
-
-def emulate_timed(arguments: list, timing_only: bool) -> dict:
-    """Run `tools/emulate.py ARGUMENTS --time` and return its timing figures and verdict (a verdict other than
-    PASS, or TIMED under --timing-only, is an error row: its last line is kept)."""
-    command = [sys.executable, str(EMULATE), *arguments, "--time"] + (["--timing-only"] if timing_only else [])
-    for setting in MACHINE_SETTINGS:
+def emulate_timed(arguments: list, options) -> dict:
+    """Run `tools/emulate.py ARGUMENTS --time` with the command line's --timing-only, --set and
+    --case-timeout (`options`), and return its timing figures and verdict (a verdict other than PASS, or TIMED
+    under --timing-only, is an error row: its last line is kept)."""
+    command = [sys.executable, str(EMULATE), *arguments, "--time"]
+    command += ["--timing-only"] if options.timing_only else []
+    for setting in options.set:
         command += ["--set", setting]
     try:
         done = subprocess.run(command, capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                              timeout=CASE_TIMEOUT)
+                              timeout=options.case_timeout)
     except subprocess.TimeoutExpired:
-        return {"error": f"not finished in {CASE_TIMEOUT} s (--case-timeout)", "verdict": "TIMEOUT"}
+        return {"error": f"not finished in {options.case_timeout} s (--case-timeout)", "verdict": "TIMEOUT"}
     lines = done.stdout.strip().splitlines()
     timing = next((json.loads(line[len("timing: "):]) for line in lines if line.startswith("timing: ")), None)
     last = lines[-1] if lines else (done.stderr.strip().splitlines() or ["no output"])[-1]
@@ -156,16 +154,16 @@ def in_parallel(function, items: list, jobs: int, save: Path | None) -> list:
     return results
 
 
-def simulate_cases(measured: list, arch: str, jobs: int, timing_only: bool, save: Path | None) -> list:
+def simulate_cases(measured: list, options) -> list:
     def one(row):
         case, spec, config, mean_us = row
-        figures = emulate_timed(["submission", "--arch", arch, "--config", hopper_or_b200_config(config),
-                                 "--spec", spec], timing_only)
+        figures = emulate_timed(["submission", "--arch", options.arch, "--config", hopper_or_b200_config(config),
+                                 "--spec", spec], options)
         print(f"simulated {case} {config}: " + (f"{figures['board_us']:.2f} us ({figures['seconds']} s)"
                                                  if "error" not in figures else figures["error"]), flush=True)
         return {"case": case, "spec": spec, "config": config, "measured_us": mean_us, "simulated": figures}
 
-    return in_parallel(one, measured, jobs, save)
+    return in_parallel(one, measured, options.jobs, options.save)
 
 
 def flashinfer_masked_m() -> dict:
@@ -186,7 +184,8 @@ def flashinfer_masked_m() -> dict:
     return masked
 
 
-def simulate_flashinfer(points: list, jobs: int, save: Path | None) -> list:
+def simulate_flashinfer(points: list, options) -> list:
+    options = argparse.Namespace(**{**vars(options), "timing_only": True})
     masked = flashinfer_masked_m()
 
     def one(point):
@@ -195,7 +194,7 @@ def simulate_flashinfer(points: list, jobs: int, save: Path | None) -> list:
         figures = emulate_timed(["flashinfer", "--groups", str(g), "--masked-m", ",".join(map(str, values)),
                                  "--nk", f"{n},{k}", "--clusters", str(B200_SMS),
                                  # 0.6.7.post3 reads masked_m[G] (the field bug the tests catch): let it, here
-                                 "--masked-m-slack", "1"], timing_only=True)
+                                 "--masked-m-slack", "1"], options)
         case = f"FlashInfer G={g} m~{m} N={n} K={k} ({source})"
         print(f"simulated {case}: " + (f"kernel {figures['kernel_us']:.2f} us ({figures['seconds']} s)"
                                        if "error" not in figures else figures["error"]), flush=True)
@@ -205,7 +204,7 @@ def simulate_flashinfer(points: list, jobs: int, save: Path | None) -> list:
         return {"case": case, "spec": f"masked_m {values}", "config": "128x128, 1x1", "measured_us": published,
                 "simulated": simulated}
 
-    return in_parallel(one, points, jobs, save)
+    return in_parallel(one, points, options.jobs, options.save)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -289,22 +288,19 @@ def main(argv=None) -> int:
                         help="simulate FlashInfer's published B200 points (module docstring)")
     parser.add_argument("--points", default="", metavar="N,..", help="which anchors (from 1; default all)")
     args = parser.parse_args(argv)
-    global CASE_TIMEOUT
-    CASE_TIMEOUT = args.case_timeout
-    MACHINE_SETTINGS[:] = args.set
     if args.simulated:
         saved = json.loads(args.simulated.read_text())
     elif args.flashinfer_anchors:
         chosen = {int(x) for x in args.points.split(",") if x.strip()}
         points = [p for i, p in enumerate(FLASHINFER_ANCHORS, 1) if not chosen or i in chosen]
-        saved = simulate_flashinfer(points, args.jobs, args.save)
+        saved = simulate_flashinfer(points, args)
     else:
         measured = read_measured(args.measured) if args.measured else []
         for argument in args.from_eval:
             measured += read_eval_output(argument)
         if not measured:
             parser.error("no measured times: give MEASURED, --from-eval, --simulated or --flashinfer-anchors")
-        saved = simulate_cases(measured, args.arch, args.jobs, args.timing_only, args.save)
+        saved = simulate_cases(measured, args)
     fit = {int(x) for x in args.fit_cases.split(",") if x.strip()}
     report(report_rows(saved), fit, args.markdown)
     return 0

@@ -34,7 +34,7 @@ import numpy as np
 from .. import tma
 from ..async_ops import AsyncOp, issue
 from ..errors import EmulatorError
-from ..machine import Wait
+from ..machine import AsyncOpsWait
 from ..memory import split_shared
 from ..warp import instruction
 from .memory_ops import address_reader, resolve
@@ -222,7 +222,7 @@ def _wait_group(instr, program):
                         op.deliver(w.cta.grid)
                 if w.cta.grid.trace is not None:
                     w.cta.grid.trace.bulk_wait(w, [op.agent for op in group])
-        return ("wait", BulkGroupWait(waiting)) if waiting else None
+        return ("wait", AsyncOpsWait("cp.async.bulk.wait_group", waiting, "TMA store(s)")) if waiting else None
 
     return handler
 
@@ -260,19 +260,6 @@ def _bulk_load(instr, program):
                                       key=(source, nbytes)))
 
     return handler
-
-
-class BulkGroupWait(Wait):
-    """Timed mode: `cp.async.bulk.wait_group` blocks until the stores of the groups it retires complete."""
-
-    def __init__(self, ops):
-        self.ops = ops
-
-    def ready(self) -> bool:
-        return all(op.delivered for op in self.ops)
-
-    def describe(self) -> str:
-        return f"cp.async.bulk.wait_group: {sum(not op.delivered for op in self.ops)} TMA store(s) in flight"
 
 
 @instruction("cp.async.bulk", "cp.reduce.async.bulk", "cp.async.bulk.prefetch")

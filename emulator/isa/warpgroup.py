@@ -41,7 +41,7 @@ import numpy as np
 from .. import wgmma
 from ..async_ops import AsyncOp, issue
 from ..errors import EmulatorError
-from ..machine import Wait
+from ..machine import AsyncOpsWait
 from ..warp import instruction
 
 
@@ -128,18 +128,6 @@ class WarpgroupPipe:
                 in_flight.append(completion)
         return in_flight
 
-
-class WgmmaGroupWait(Wait):
-    """Timed mode: `wgmma.wait_group` blocks until the groups it retires have completed in the tensor pipe."""
-
-    def __init__(self, ops):
-        self.ops = ops
-
-    def ready(self) -> bool:
-        return all(op.delivered for op in self.ops)
-
-    def describe(self) -> str:
-        return f"wgmma.wait_group: {sum(not op.delivered for op in self.ops)} wgmma-group(s) in flight"
 
 
 def pipe_of(w) -> tuple[WarpgroupPipe, int]:
@@ -239,7 +227,7 @@ def _wait_group(instr, program):
         _whole_warp(w, mask, "wgmma.wait_group")
         pipe, warp_in_group = pipe_of(w)
         in_flight = pipe.wait(warp_in_group, int(pending(w)[0]))
-        return ("wait", WgmmaGroupWait(in_flight)) if in_flight else None
+        return ("wait", AsyncOpsWait("wgmma.wait_group", in_flight, "wgmma-group(s)")) if in_flight else None
 
     return handler
 
