@@ -35,6 +35,8 @@ from __future__ import annotations
 import heapq
 from collections import OrderedDict
 
+import numpy as np
+
 from .errors import EmulatorError, HangError
 
 RUN, EVENT, TIMEOUT = 0, 1, 2
@@ -86,6 +88,63 @@ def cost_class(instr) -> str:
 
 def instruction_costs(program, machine) -> list:
     return [float(getattr(machine, cost_class(i))) for i in program.kernel.instructions]
+
+
+# Instructions with no register result: every register they name is read. The others write the registers
+# of their first operand (a vector, or `%r|%p`, writes each) and read the rest.
+NO_RESULT = ("st", "stmatrix", "red", "bar", "barrier", "cp", "wgmma", "fence", "membar", "griddepcontrol",
+             "prefetch", "prefetchu", "bra", "ret", "exit", "trap", "setmaxnreg", "tensormap", "discard",
+             "applypriority")
+NO_RESULT_OPCODES = ("mbarrier.init", "mbarrier.inval", "mbarrier.expect_tx", "mbarrier.complete_tx")
+
+
+def _names(operand) -> list:
+    from .ptx import _registers
+
+    return list(_registers([operand]))
+
+
+def register_effects(instr, register_index) -> tuple:
+    """(registers read, registers written) by one instruction, as register numbers: the timed mode's
+    scoreboard. Special registers (%tid...) are always ready and not counted. tcgen05 writes registers
+    only through tcgen05.ld."""
+    family = instr.opcode.split(".")[0]
+    writes = bool(instr.operands) and family not in NO_RESULT and not instr.opcode.startswith(NO_RESULT_OPCODES) \
+        and (family != "tcgen05" or instr.opcode.startswith("tcgen05.ld"))
+    written = _names(instr.operands[0]) if writes and instr.operands[0].kind != "addr" else []
+    read = [n for op in instr.operands[1 if written else 0:] for n in _names(op)]
+    if instr.guard:
+        read.append(instr.guard[0])
+    index = register_index
+    return (tuple(sorted({index[n] for n in read if n in index})),
+            tuple(sorted({index[n] for n in written if n in index})))
+
+
+# loads that do not allocate in L1 (PTX ISA 9.7.9.8: .cg and .cv cache at L2 and below; a strong load at
+# GPU scope or wider, and a volatile one, must observe other SMs' writes)
+L1_BYPASS = ("cg", "cv", "volatile", "relaxed", "acquire", "L1::no_allocate", "mmio")
+
+
+def l1_address_reader(instr, program):
+    """For a load that may hit L1 (global or generic, cached): warp -> per-lane addresses; else None."""
+    from .isa.memory_ops import address_reader, space_of
+
+    if instr.family not in ("ld", "ldu") or space_of(instr) not in ("global", "generic") \
+            or any(m in L1_BYPASS for m in instr.modifiers) or len(instr.operands) < 2 \
+            or instr.operands[1].kind != "addr":
+        return None
+    return address_reader(program, instr.operands[1])
+
+
+def result_latencies(program, machine) -> list:
+    """Per instruction index: the cycles from its issue until its result registers may be read (the
+    class's `latency_*`; an instruction with no result class reads as its issue cost)."""
+    out = []
+    for instr in program.kernel.instructions:
+        name = cost_class(instr).replace("cost_", "latency_", 1)
+        out.append(float(machine.constants[name].value) if name in machine.constants
+                   else float(getattr(machine, cost_class(instr))))
+    return out
 
 
 def global_store_bytes(instr) -> int:
@@ -171,6 +230,13 @@ class Clock:
         self.timeline = timeline
         program = grid.program
         self.costs = instruction_costs(program, machine)
+        self.latencies = result_latencies(program, machine)
+        effects = [register_effects(i, program.register_index) for i in program.kernel.instructions]
+        # a register being written is waited for too (write after write: the hardware's scoreboard)
+        self.waits_on = [tuple(sorted(set(r) | set(w))) for r, w in effects]
+        self.writes = [w for _, w in effects]
+        self.l1_addresses = [l1_address_reader(i, program) for i in program.kernel.instructions]
+        self.l1: dict = {}  # SM -> L1 (lines of global loads that allocate in L1)
         self.store_bytes = [global_store_bytes(i) for i in program.kernel.instructions]
         self.pdl_wait = [i.opcode.startswith("griddepcontrol.wait") for i in program.kernel.instructions]
         self.queue: list = []
@@ -362,6 +428,27 @@ class Clock:
         nbytes = self.store_bytes[pc] * lanes
         self.hbm.serve(warp.time, nbytes)
         self.hbm_written += nbytes
+
+    def load_latency(self, warp, pc: int, mask) -> float:
+        """A cached global load issued now: its result's latency. The lines it reads are in the SM's L1
+        (least recently used out, `l1_load_bytes`) once a load of that SM brought them; an L1 hit costs
+        `latency_l1_hit` (or waits for a line still on its way), a miss the L2's `latency_global_load`."""
+        m = self.machine
+        addresses = self.l1_addresses[pc](warp)[mask]
+        lines = self.l1.get(self.sm_of[warp.cta])
+        if lines is None:
+            lines = self.l1[self.sm_of[warp.cta]] = OrderedDict()
+        now, latency = warp.time, m.latency_l1_hit
+        for line in set((addresses >> np.uint64(7)).tolist()):
+            arrival = lines.get(line)
+            if arrival is None:
+                arrival = lines[line] = now + m.latency_global_load
+                if len(lines) * 128 > m.l1_load_bytes:
+                    lines.popitem(last=False)
+            else:
+                lines.move_to_end(line)
+            latency = max(latency, arrival - now)
+        return latency
 
     def griddepcontrol_wait(self, warp) -> None:
         self.first_pdl_wait.setdefault(warp.cta, warp.time)

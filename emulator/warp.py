@@ -268,6 +268,7 @@ class Warp:
         self.bulk_groups = {}  # lane -> committed bulk groups, oldest first
         self.time = 0.0  # timed mode: this warp's local time in cycles (clock.py)
         self.clock_ticket = 0  # timed mode: which of this warp's queue entries is current (clock.py)
+        self.ready = None  # timed mode: per register, the time its pending result lands (the scoreboard)
         self.label = f"{cta.label} warp {warp_id}"
 
     @property
@@ -283,13 +284,18 @@ class Warp:
 
     def run(self, budget: int, clock=None, horizon: float = 0.0) -> int:
         """Execute up to `budget` instructions; stop early when blocked or done. Returns the count.
-        Timed mode (`clock`, clock.py): each instruction issues at `self.time`, which then advances by the
-        instruction's cost; the warp stops before issuing past `horizon` (the next event anywhere)."""
+        Timed mode (`clock`, clock.py): each instruction issues at `self.time`, once the registers it reads
+        are ready; the time then advances by the instruction's issue cost and its results are ready a
+        latency after issue. The warp stops before issuing past `horizon` (the next event anywhere)."""
         program = self.program
         steps, guards, aligned = program.steps, program.guards, program.aligned
         instructions = program.kernel.instructions
         if clock is not None:
             costs, store_bytes, pdl_wait = clock.costs, clock.store_bytes, clock.pdl_wait
+            latencies, waits_on, writes, l1_loads = clock.latencies, clock.waits_on, clock.writes, clock.l1_addresses
+            if self.ready is None:
+                self.ready = [0.0] * len(program.register_index)
+            ready = self.ready
         count = 0
         while count < budget:
             if clock is not None and self.time > horizon:
@@ -301,6 +307,13 @@ class Warp:
                 live = self.lane_pc[self.alive]
                 pc = int(live.min())
                 mask = self.alive & (self.lane_pc == pc)
+            if clock is not None:
+                # the scoreboard: an instruction issues when the registers it reads (or overwrites) are ready
+                for r in waits_on[pc]:
+                    if ready[r] > self.time:
+                        self.time = ready[r]
+                if self.time > horizon:
+                    return count
             if pc >= len(steps):
                 raise EmulatorError("control", "execution ran past the end of the kernel", self.where())
             self.last_index = pc
@@ -315,6 +328,9 @@ class Warp:
                                     f"{np.flatnonzero(exec_mask).tolist()} of live lanes "
                                     f"{np.flatnonzero(self.alive).tolist()}", self.where(pc))
             instr = instructions[pc]
+            if clock is not None:
+                latency = clock.load_latency(self, pc, exec_mask) if l1_loads[pc] and exec_mask.any() \
+                    else latencies[pc]
             try:
                 result = steps[pc](self, exec_mask) if exec_mask.any() else None
             except EmulatorError as e:
@@ -327,6 +343,8 @@ class Warp:
                     clock.stored(self, pc, int(exec_mask.sum()))
                 elif pdl_wait[pc]:
                     clock.griddepcontrol_wait(self)
+                for r in writes[pc]:
+                    ready[r] = self.time + latency
                 self.time += costs[pc]
             if result is None:
                 self._advance(mask, pc + 1)

@@ -42,18 +42,70 @@ def test_every_constant_names_its_source_and_tag():
     assert "clock_ghz" in B200.by_tag("E")  # the B200's clock under load is not known: an estimate
 
 
+def timed_cycles(body: str, out: np.ndarray, arg: int = 0, machine=B200, threads: int = 32) -> float:
+    """One CTA of `threads` runs `body` under the clock of `machine`: its span in cycles."""
+    from emulator.launch import execute
+    from emulator.memory import GlobalMemory
+    from test_emulator_core import HEADER
+
+    memory = GlobalMemory()
+    memory.register(out.ctypes.data, out.nbytes, "out")
+    launch = SimpleNamespace(kernel_name="k", grid=(1, 1, 1), block=(threads, 1, 1), cluster=(1, 1, 1),
+                             shared_bytes=1024, attributes={},
+                             params=(struct.pack("<Q", out.ctypes.data), struct.pack("<I", arg)))
+    stats = execute(launch, HEADER.format(threads=threads) + body + "\n}\n", memory, mode="timed",
+                    machine=machine, step_budget=200_000)
+    return machine.cycles(stats.timing["kernel_us"])
+
+
 def test_a_dependence_chain_costs_its_latencies():
-    """One warp, a loop of 3 ALU instructions: each extra iteration costs exactly 3 ALU issue costs; a
-    global load in the chain costs the load's latency."""
+    """One warp, a loop of add -> setp -> bra, each reading the one before: with a dependent-issue latency
+    of 4 and an issue cost of 2, each extra iteration costs exactly 4 + 4 + 2 cycles (the next add reads
+    a register ready long before)."""
+    machine = B200.replace("test", latency_alu=4, cost_alu=2)
     out = np.zeros(32, np.int32)
-    short = run(LOOP, out, 10, threads=32, mode="timed")
+    short = timed_cycles(LOOP, out, 10, machine)
     assert (out == 10).all()
-    long = run(LOOP, out, 30, threads=32, mode="timed")
+    long = timed_cycles(LOOP, out, 30, machine)
     assert (out == 30).all()
-    assert cycles(long) - cycles(short) == pytest.approx(20 * 3 * B200.cost_alu)
-    with_load = run(LOOP.replace("mov.u32 %r4, 0;", "ld.global.u32 %r4, [%rd1];\n\tmov.u32 %r4, 0;"), out, 10,
-                    threads=32, mode="timed")
-    assert cycles(with_load) - cycles(short) == pytest.approx(B200.cost_global_load)
+    assert long - short == pytest.approx(20 * (4 + 4 + 2))
+    # the description as committed: a dependent instruction waits max(issue cost, latency)
+    step = max(B200.cost_alu, B200.latency_alu)
+    assert timed_cycles(LOOP, out, 30) - timed_cycles(LOOP, out, 10) == pytest.approx(20 * (2 * step + B200.cost_alu))
+
+
+# one warp loads a word of `out` (line 0) into %r5 and one 128 bytes further (line 1) into %r6, then
+# stores %r3 = %r5 + %r6 + 1 per lane: VARIANT says how the second load depends on the first
+LOADS = """
+	ld.global.u32 %r5, [%rd1];
+	VARIANT
+	add.s32 %r3, %r5, %r6;
+	add.s32 %r3, %r3, 1;
+""" + STORE_R3
+INDEPENDENT = "ld.global.u32 %r6, [%rd1+128];"
+ADDRESS_CHAIN = "cvt.u64.u32 %rd5, %r5;\n\tadd.s64 %rd6, %rd1, %rd5;\n\tld.global.u32 %r6, [%rd6+128];"
+SAME_LINE_AFTER = "add.s32 %r7, %r5, 0;\n\tld.global.u32 %r6, [%rd1+4];\n\tadd.s32 %r6, %r6, %r7;"
+SAME_LINE_BYPASS = SAME_LINE_AFTER.replace("ld.global.u32", "ld.global.cg.u32")
+
+
+def loads_cycles(variant: str) -> float:
+    out = np.zeros(64, np.int32)  # two 128-byte lines; the kernel stores into the first
+    cycles_ = timed_cycles(LOADS.replace("VARIANT", variant), out)
+    assert (out[:32] == 1).all()
+    return cycles_
+
+
+def test_loads_overlap_until_a_result_is_read_and_a_line_in_l1_costs_the_l1_latency():
+    """The scoreboard: two independent global loads cost one L2 latency (plus an issue slot); a load whose
+    address is the other's result costs two; reading a line the SM's L1 already holds costs the L1 hit
+    latency, unless the load bypasses L1 (`.cg`)."""
+    independent = loads_cycles(INDEPENDENT)
+    chained = loads_cycles(ADDRESS_CHAIN)
+    assert chained - independent >= B200.latency_global_load - 2 * B200.cost_alu
+    l1_hit = loads_cycles(SAME_LINE_AFTER)
+    bypass = loads_cycles(SAME_LINE_BYPASS)
+    assert l1_hit - independent == pytest.approx(B200.latency_l1_hit + B200.cost_alu, abs=3 * B200.cost_alu)
+    assert bypass - l1_hit == pytest.approx(B200.latency_global_load - B200.latency_l1_hit)
 
 
 H200 = load("h200")
@@ -144,7 +196,8 @@ def test_a_chain_through_an_mbarrier_costs_the_producer_and_the_wake_latency():
     short = run(HAND_OFF, out, 10, mode="timed")
     assert (out[:32] == 7).all() and (out[32:] == 10).all()
     long = run(HAND_OFF, out, 40, mode="timed")
-    assert cycles(long) - cycles(short) == pytest.approx(30 * 3 * B200.cost_alu)
+    assert cycles(long) - cycles(short) == pytest.approx(30 * (2 * max(B200.cost_alu, B200.latency_alu)
+                                                              + B200.cost_alu))
     assert cycles(short) > 10 * 3 * B200.cost_alu + B200.wake_latency
 
 

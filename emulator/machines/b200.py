@@ -16,21 +16,32 @@ B200 = Machine("B200", "sm_100a", {
                   "issue back to back, a dependent one waits ~4 (no B200 figure; one warp per scheduler assumed: "
                   "no issue contention)"),
     "cost_move": C(1, "cycles", "E", "register moves and address conversions: ptxas removes most of them"),
-    "cost_shared": C(30, "cycles", "E", "L1 hit 40 cycles [MD] (4) less the address path"),
-    "cost_param": C(4, "cycles", "E", "constant bank read, as an ALU operand"),
-    "cost_global_load": C(295, "cycles", "M", "L2 hit latency, pointer chase [MD] (4): a load used at once"),
+    "cost_shared": C(2, "cycles", "E", "issue of a shared-memory access (the LSU takes one warp request per cycle per sub-partition pair, taken as 2); its result: latency_shared"),
+    "cost_param": C(1, "cycles", "E", "a constant-bank operand: one issue slot"),
+    "cost_global_load": C(2, "cycles", "E", "issue of a global load: the warp goes on until it reads the result (latency_global_load)"),
     "cost_global_store": C(2, "cycles", "E", "issue only: a store does not stall the warp"),
-    "cost_shfl": C(6, "cycles", "E", "shuffle latency (no B200 figure)"),
+    "cost_shfl": C(2, "cycles", "E", "issue of a shuffle (no figure); its result: latency_shfl"),
     "cost_mbarrier": C(32, "cycles", "E", "H200: 64 cycles per arrive + try_wait pair in one thread (Table 2)"),
     "cost_named_barrier": C(21, "cycles", "E", "H200 bar.sync of 128 threads: 20.7 cycles (Table 2)"),
     "cost_cluster_barrier": C(323, "cycles", "E", "H200 barrier.cluster arrive + wait: 323 cycles (Table 2)"),
     "cost_tma_issue": C(12, "cycles", "E", "taken equal to the MMA issue cost; not measured"),
     "cost_mma_issue": C(12, "cycles", "M", "~11-12 cycles per tcgen05.mma in the issuing thread [SA-repo] (2)"),
     "cost_tcgen05_cp_issue": C(12, "cycles", "E", "taken equal to the MMA issue cost"),
-    "cost_tmem_load": C(120, "cycles", "E", "tcgen05.ld latency not found (5: an unverified '~420' comment); "
-                        "an x32 load of 32 lanes x 32 columns taken as ~120 cycles"),
+    "cost_tmem_load": C(2, "cycles", "E", "issue of a tcgen05.ld; its result: latency_tmem_load"),
     "cost_fence": C(8, "cycles", "E", "no figure"),
     "cost_tmem_alloc": C(100, "cycles", "E", "TMEM alloc/dealloc cost not found (7)"),
+    # result latencies (the scoreboard: an instruction waits for the registers it reads; clock.py)
+    "latency_alu": C(2, "cycles", "E", "as the H200 description's fitted value: a dependent ALU instruction issues in the next slot (ptxas schedules independent work between them)"),
+    "latency_move": C(1, "cycles", "E", "as cost_move"),
+    "latency_shared": C(34, "cycles", "E", "H200 own-SMEM load in a dependent chain: 34.0 cycles (Table 2)"),
+    "latency_param": C(4, "cycles", "E", "as an ALU operand"),
+    "latency_global_load": C(295, "cycles", "M", "L2 hit latency, pointer chase [MD] (4)"),
+    "latency_l1_hit": C(40, "cycles", "M", "L1 hit latency, pointer chase [MD] (4)"),
+    "l1_load_bytes": C(24576, "bytes", "E", "the 256 KiB L1 + SMEM pool [MD] less the 228 KiB shared-memory "
+                       "carve-out a large-SMEM kernel takes, less a margin"),
+    "latency_shfl": C(6, "cycles", "E", "no figure"),
+    "latency_tmem_load": C(120, "cycles", "E", "tcgen05.ld latency not found (5: an unverified '~420' comment); "
+                           "an x32 load of 32 lanes x 32 columns taken as ~120 cycles"),
     # synchronization (Table 1 section 6: not found for B200; H200 proxies)
     "wake_latency": C(92.5, "cycles", "E", "H200 mbarrier hand-off, arrive -> other warp's try_wait returns "
                       "(Table 2)"),
