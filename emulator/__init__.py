@@ -111,6 +111,8 @@ def combine(stats: list) -> RunStats:
     timing = None
     if stats and all(s.timing for s in stats):
         timing = dict(stats[-1].timing, board_us=sum(s.timing["board_us"] for s in stats),
-                      kernel_us=sum(s.timing["kernel_us"] for s in stats))
+                      kernel_us=sum(s.timing["kernel_us"] for s in stats),
+                      launches_kernel_us=[t for s in stats for t in s.timing.get("launches_kernel_us",
+                                                                                  [s.timing["kernel_us"]])])
     return RunStats(sum(s.instructions for s in stats), sum(s.seconds for s in stats),
                     sum(s.ctas for s in stats), sum(s.warps for s in stats), timing)

@@ -228,6 +228,7 @@ class Clock:
         self.machine = machine
         self.step_budget = step_budget
         self.timeline = timeline
+        self.share_issue = bool(machine.issue_slots_shared)
         program = grid.program
         self.costs = instruction_costs(program, machine)
         self.latencies = result_latencies(program, machine)
@@ -237,6 +238,9 @@ class Clock:
         self.writes = [w for _, w in effects]
         self.l1_addresses = [l1_address_reader(i, program) for i in program.kernel.instructions]
         self.l1: dict = {}  # SM -> L1 (lines of global loads that allocate in L1)
+        # lines a global load brought into L2 in this call (the board flushes L2 and each call reads new
+        # inputs: a first read comes from DRAM)
+        self.l2_lines: set = set()
         self.store_bytes = [global_store_bytes(i) for i in program.kernel.instructions]
         self.pdl_wait = [i.opcode.startswith("griddepcontrol.wait") for i in program.kernel.instructions]
         self.queue: list = []
@@ -245,6 +249,7 @@ class Clock:
         self.event_time = 0.0  # the time of the event being delivered
         self.waiters: dict = {}  # id(key) -> {warp: None}, the warps parked on key (an ordered set)
         self.blocked: set = set()
+        self.issuing: dict = {}  # (SM, warp id % 4) -> warps there neither blocked nor done
         self.hbm = Server(machine.hbm_bytes_per_us / machine.cycles(1.0))
         self.l2_server = Server(machine.l2_bytes_per_us / machine.cycles(1.0))
         self.l2 = L2(int(machine.l2_bytes))
@@ -301,6 +306,7 @@ class Clock:
                 for w in cta.warps:
                     w.time = start
                     self._ready(w, start)
+                    self._scheduler_add(w, 1)
 
     def _cta_exited(self, cta, time: float) -> None:
         self.cta_end[cta] = time
@@ -356,6 +362,7 @@ class Clock:
         if grid.instructions > self.step_budget:
             self._hang(f"step budget of {self.step_budget} warp instructions ran out", budget=True)
         if warp.done:
+            self._scheduler_add(warp, -1)
             cta = warp.cta
             if all(w.done for w in cta.warps):
                 self._cta_exited(cta, max(w.time for w in cta.warps))
@@ -382,12 +389,25 @@ class Clock:
         for key in self._keys(wait):
             self.waiters.setdefault(id(key), {})[warp] = None
         self.blocked.add(warp)
+        self._scheduler_add(warp, -1)
         warp.clock_ticket += 1
         if wait.spurious_ok:
             self._push(warp.time + self.machine.try_wait_limit, TIMEOUT, warp, warp.clock_ticket)
 
     def _unpark(self, warp) -> None:
-        self.blocked.discard(warp)
+        if warp in self.blocked:
+            self.blocked.discard(warp)
+            self._scheduler_add(warp, 1)
+
+    def _scheduler_add(self, warp, change: int) -> None:
+        key = (self.sm_of[warp.cta], warp.warp_id % 4)
+        self.issuing[key] = self.issuing.get(key, 0) + change
+
+    def issue_share(self, warp) -> int:
+        """The warps that share `warp`'s scheduler (an SM sub-partition: warp id mod 4) and are neither
+        blocked nor done: each issue cost is stretched by this many (processor sharing, constant between
+        two events)."""
+        return max(1, self.issuing.get((self.sm_of[warp.cta], warp.warp_id % 4), 1))
 
     def wake(self, key) -> None:
         """`key` (an mbarrier phase, a named or cluster barrier, an asynchronous operation) completed now:
@@ -400,7 +420,7 @@ class Clock:
             if warp not in self.blocked or warp.wait is None:
                 continue
             if warp.wait.ready():
-                self.blocked.discard(warp)
+                self._unpark(warp)
                 self._ready(warp, max(warp.time, at))
             elif getattr(warp.wait, "ops", None) is None:  # a barrier's other phase: wait for the next one
                 self.waiters.setdefault(id(key), {})[warp] = None
@@ -411,7 +431,7 @@ class Clock:
         woken = False
         for warp in list(self.blocked):
             if warp.wait is not None and warp.wait.ready():
-                self.blocked.discard(warp)
+                self._unpark(warp)
                 self._ready(warp, warp.time + self.machine.wake_latency)
                 woken = True
         return woken
@@ -432,7 +452,8 @@ class Clock:
     def load_latency(self, warp, pc: int, mask) -> float:
         """A cached global load issued now: its result's latency. The lines it reads are in the SM's L1
         (least recently used out, `l1_load_bytes`) once a load of that SM brought them; an L1 hit costs
-        `latency_l1_hit` (or waits for a line still on its way), a miss the L2's `latency_global_load`."""
+        `latency_l1_hit` (or waits for a line still on its way), a miss the L2's `latency_global_load`,
+        or `latency_dram_load` where no load of this call read the line before."""
         m = self.machine
         addresses = self.l1_addresses[pc](warp)[mask]
         lines = self.l1.get(self.sm_of[warp.cta])
@@ -442,7 +463,9 @@ class Clock:
         for line in set((addresses >> np.uint64(7)).tolist()):
             arrival = lines.get(line)
             if arrival is None:
-                arrival = lines[line] = now + m.latency_global_load
+                arrival = lines[line] = now + (m.latency_global_load if line in self.l2_lines
+                                               else m.latency_dram_load)
+                self.l2_lines.add(line)
                 if len(lines) * 128 > m.l1_load_bytes:
                     lines.popitem(last=False)
             else:

@@ -81,7 +81,7 @@ def tiles_report(json_path=None):
         for _ in range(2):
             submission.custom_kernel(data)
         torch.cuda.synchronize()
-        plan = submission._plans[(submission._signature(data[3]), data[0][0][0].device)]
+        plan = submission._plans[(submission._signature(data[3]), data[0][0][0].device, submission.SM100_CONFIG)]
         tiles, cta_tiles = (t.tolist() for t in plan.launch.buffers[:2])
         by_shape = collections.defaultdict(list)
         spans = []

@@ -30,12 +30,16 @@ B200 = Machine("B200", "sm_100a", {
     "cost_tmem_load": C(2, "cycles", "E", "issue of a tcgen05.ld; its result: latency_tmem_load"),
     "cost_fence": C(8, "cycles", "E", "no figure"),
     "cost_tmem_alloc": C(100, "cycles", "E", "TMEM alloc/dealloc cost not found (7)"),
+    "issue_slots_shared": C(0, "flag", "S", "the warps of one SM sub-partition (warp id mod 4) share its one "
+                            "issue slot per cycle (CUDA programming guide, compute capability 9.0 / 10.0: four "
+                            "warp schedulers per SM); 0 lets every warp issue at its own cost"),
     # result latencies (the scoreboard: an instruction waits for the registers it reads; clock.py)
     "latency_alu": C(2, "cycles", "E", "as the H200 description's fitted value: a dependent ALU instruction issues in the next slot (ptxas schedules independent work between them)"),
     "latency_move": C(1, "cycles", "E", "as cost_move"),
     "latency_shared": C(34, "cycles", "E", "H200 own-SMEM load in a dependent chain: 34.0 cycles (Table 2)"),
     "latency_param": C(4, "cycles", "E", "as an ALU operand"),
     "latency_global_load": C(295, "cycles", "M", "L2 hit latency, pointer chase [MD] (4)"),
+    "latency_dram_load": C(860, "cycles", "M", "DRAM (miss) latency, pointer chase [MD] (4)"),
     "latency_l1_hit": C(40, "cycles", "M", "L1 hit latency, pointer chase [MD] (4)"),
     "l1_load_bytes": C(24576, "bytes", "E", "the 256 KiB L1 + SMEM pool [MD] less the 228 KiB shared-memory "
                        "carve-out a large-SMEM kernel takes, less a margin"),

@@ -25,12 +25,16 @@ H200 = Machine("H200", "sm_90a", {
     "cost_tmem_load": C(2, "cycles", "E", "no tcgen05 on sm_90a; kept for one cost table"),
     "cost_fence": C(8, "cycles", "E", "no figure"),
     "cost_tmem_alloc": C(100, "cycles", "E", "no tcgen05 on sm_90a"),
+    "issue_slots_shared": C(0, "flag", "S", "the warps of one SM sub-partition (warp id mod 4) share its one "
+                            "issue slot per cycle (CUDA programming guide, compute capability 9.0 / 10.0: four "
+                            "warp schedulers per SM); 0 lets every warp issue at its own cost"),
     # result latencies (the scoreboard: an instruction waits for the registers it reads; clock.py)
     "latency_alu": C(2, "cycles", "F", "a dependent ALU instruction issues in the next slot: ptxas schedules independent work between a producer and its consumer (PTX order is not issue order); 2 against 4 (the SASS dependent-issue latency) chosen on rows 7 and 13 of tools/data/h200_timing_2026-11-24.json (extra 1, extra 7): fitted there, held out elsewhere"),
     "latency_move": C(1, "cycles", "E", "as cost_move"),
     "latency_shared": C(34, "cycles", "H", "own-SMEM load in a dependent chain: 34.0 cycles"),
     "latency_param": C(4, "cycles", "E", "as an ALU operand"),
     "latency_global_load": C(281, "cycles", "M", "GH200 L2 latency 281 cycles [MD]"),
+    "latency_dram_load": C(690, "cycles", "M", "GH200 DRAM latency 690 cycles, pointer chase [MD]"),
     "latency_l1_hit": C(40, "cycles", "M", "H100 SXM / GH200 L1 hit, pointer chase [MD]"),
     "l1_load_bytes": C(24576, "bytes", "E", "the 256 KiB L1 + SMEM pool less the 228 KiB shared-memory "
                        "carve-out a large-SMEM kernel takes, less a margin"),
