@@ -38,6 +38,7 @@ from collections import OrderedDict
 import numpy as np
 
 from .errors import EmulatorError, HangError
+from .ptx import _registers
 
 RUN, EVENT, TIMEOUT = 0, 1, 2
 UNBOUNDED = 1 << 62
@@ -99,8 +100,6 @@ NO_RESULT_OPCODES = ("mbarrier.init", "mbarrier.inval", "mbarrier.expect_tx", "m
 
 
 def _names(operand) -> list:
-    from .ptx import _registers
-
     return list(_registers([operand]))
 
 
@@ -228,7 +227,6 @@ class Clock:
         self.machine = machine
         self.step_budget = step_budget
         self.timeline = timeline
-        self.share_issue = bool(machine.issue_slots_shared)
         program = grid.program
         self.costs = instruction_costs(program, machine)
         self.latencies = result_latencies(program, machine)
@@ -249,7 +247,6 @@ class Clock:
         self.event_time = 0.0  # the time of the event being delivered
         self.waiters: dict = {}  # id(key) -> {warp: None}, the warps parked on key (an ordered set)
         self.blocked: set = set()
-        self.issuing: dict = {}  # (SM, warp id % 4) -> warps there neither blocked nor done
         self.hbm = Server(machine.hbm_bytes_per_us / machine.cycles(1.0))
         self.l2_server = Server(machine.l2_bytes_per_us / machine.cycles(1.0))
         self.l2 = L2(int(machine.l2_bytes))
@@ -306,7 +303,6 @@ class Clock:
                 for w in cta.warps:
                     w.time = start
                     self._ready(w, start)
-                    self._scheduler_add(w, 1)
 
     def _cta_exited(self, cta, time: float) -> None:
         self.cta_end[cta] = time
@@ -362,7 +358,6 @@ class Clock:
         if grid.instructions > self.step_budget:
             self._hang(f"step budget of {self.step_budget} warp instructions ran out", budget=True)
         if warp.done:
-            self._scheduler_add(warp, -1)
             cta = warp.cta
             if all(w.done for w in cta.warps):
                 self._cta_exited(cta, max(w.time for w in cta.warps))
@@ -389,25 +384,12 @@ class Clock:
         for key in self._keys(wait):
             self.waiters.setdefault(id(key), {})[warp] = None
         self.blocked.add(warp)
-        self._scheduler_add(warp, -1)
         warp.clock_ticket += 1
         if wait.spurious_ok:
             self._push(warp.time + self.machine.try_wait_limit, TIMEOUT, warp, warp.clock_ticket)
 
     def _unpark(self, warp) -> None:
-        if warp in self.blocked:
-            self.blocked.discard(warp)
-            self._scheduler_add(warp, 1)
-
-    def _scheduler_add(self, warp, change: int) -> None:
-        key = (self.sm_of[warp.cta], warp.warp_id % 4)
-        self.issuing[key] = self.issuing.get(key, 0) + change
-
-    def issue_share(self, warp) -> int:
-        """The warps that share `warp`'s scheduler (an SM sub-partition: warp id mod 4) and are neither
-        blocked nor done: each issue cost is stretched by this many (processor sharing, constant between
-        two events)."""
-        return max(1, self.issuing.get((self.sm_of[warp.cta], warp.warp_id % 4), 1))
+        self.blocked.discard(warp)
 
     def wake(self, key) -> None:
         """`key` (an mbarrier phase, a named or cluster barrier, an asynchronous operation) completed now:

@@ -296,7 +296,6 @@ class Warp:
             if self.ready is None:
                 self.ready = [0.0] * len(program.register_index)
             ready = self.ready
-            share = clock.issue_share(self) if clock.share_issue else 1
         count = 0
         while count < budget:
             if clock is not None and self.time > horizon:
@@ -346,7 +345,7 @@ class Warp:
                     clock.griddepcontrol_wait(self)
                 for r in writes[pc]:
                     ready[r] = self.time + latency
-                self.time += costs[pc] * share
+                self.time += costs[pc]
             if result is None:
                 self._advance(mask, pc + 1)
                 continue

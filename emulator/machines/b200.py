@@ -30,9 +30,6 @@ B200 = Machine("B200", "sm_100a", {
     "cost_tmem_load": C(2, "cycles", "E", "issue of a tcgen05.ld; its result: latency_tmem_load"),
     "cost_fence": C(8, "cycles", "E", "no figure"),
     "cost_tmem_alloc": C(100, "cycles", "E", "TMEM alloc/dealloc cost not found (7)"),
-    "issue_slots_shared": C(0, "flag", "S", "the warps of one SM sub-partition (warp id mod 4) share its one "
-                            "issue slot per cycle (CUDA programming guide, compute capability 9.0 / 10.0: four "
-                            "warp schedulers per SM); 0 lets every warp issue at its own cost"),
     # result latencies (the scoreboard: an instruction waits for the registers it reads; clock.py)
     "latency_alu": C(2, "cycles", "E", "as the H200 description's fitted value: a dependent ALU instruction issues in the next slot (ptxas schedules independent work between them)"),
     "latency_move": C(1, "cycles", "E", "as cost_move"),

@@ -25,9 +25,6 @@ H200 = Machine("H200", "sm_90a", {
     "cost_tmem_load": C(2, "cycles", "E", "no tcgen05 on sm_90a; kept for one cost table"),
     "cost_fence": C(8, "cycles", "E", "no figure"),
     "cost_tmem_alloc": C(100, "cycles", "E", "no tcgen05 on sm_90a"),
-    "issue_slots_shared": C(0, "flag", "S", "the warps of one SM sub-partition (warp id mod 4) share its one "
-                            "issue slot per cycle (CUDA programming guide, compute capability 9.0 / 10.0: four "
-                            "warp schedulers per SM); 0 lets every warp issue at its own cost"),
     # result latencies (the scoreboard: an instruction waits for the registers it reads; clock.py)
     "latency_alu": C(2, "cycles", "F", "a dependent ALU instruction issues in the next slot: ptxas schedules independent work between a producer and its consumer (PTX order is not issue order); 2 against 4 (the SASS dependent-issue latency) chosen on rows 7 and 13 of tools/data/h200_timing_2026-11-24.json (extra 1, extra 7): fitted there, held out elsewhere"),
     "latency_move": C(1, "cycles", "E", "as cost_move"),
