@@ -223,8 +223,17 @@ def _lanemask(op):
     return f
 
 
+def _clock(w, sub):
+    """%clock / %clock64 (PTX ISA 10.12, 10.13: a per-SM cycle counter): in the timed mode the warp's time
+    in cycles, so a kernel's own stamps read the simulated clock; in the untimed modes the grid's
+    instruction count (monotone, as the ISA promises, and nothing more)."""
+    return np.full(LANES, int(w.time) if w.ready is not None else w.cta.grid.instructions)
+
+
 SPECIAL_REGISTERS = {
     "%tid": _tid,
+    "%clock": _clock,
+    "%clock64": _clock,
     "%ntid": lambda w, sub: np.full(LANES, _dim(w.cta.grid.config.block, sub)),
     "%ctaid": lambda w, sub: np.full(LANES, _dim(w.cta.ctaid, sub)),
     "%nctaid": lambda w, sub: np.full(LANES, _dim(w.cta.grid.config.grid, sub)),

@@ -74,6 +74,23 @@ def test_a_dependence_chain_costs_its_latencies():
     assert timed_cycles(LOOP, out, 30) - timed_cycles(LOOP, out, 10) == pytest.approx(20 * (2 * step + B200.cost_alu))
 
 
+
+def test_a_kernel_reading_clock_sees_the_simulated_cycles():
+    """%clock and %clock64 read the warp's simulated time (tools/sm90_profile.py's stamps, run in the
+    emulator, read the same clock the span is measured in): stamps around the loop of the chain test differ
+    by exactly its cycles, 4 + 4 + 2 per iteration."""
+    machine = B200.replace("test", latency_alu=4, cost_alu=2)
+    stamped = ("mov.u32 %r8, %clock;\n\tmov.u64 %rd8, %clock64;\n" + LOOP.replace(STORE_R3, "")
+               + "\tmov.u32 %r9, %clock;\n\tmov.u64 %rd9, %clock64;\n\tsub.s32 %r3, %r9, %r8;\n"
+               "\tsub.s64 %rd9, %rd9, %rd8;\n\tcvt.u32.u64 %r10, %rd9;\n\tsub.s32 %r3, %r3, %r10;\n"
+               "\tmul.lo.s32 %r3, %r3, 100000;\n\tadd.s32 %r3, %r3, %r9;\n\tsub.s32 %r3, %r3, %r8;\n" + STORE_R3)
+    spans = []
+    for trips in (10, 30):
+        out = np.zeros(32, np.int32)
+        timed_cycles(stamped, out, trips, machine)
+        spans.append(int(out[0]))  # %clock's span; 0 * 100000 when %clock64 agrees
+    assert spans[0] >= 10 * (4 + 4 + 2) and spans[1] - spans[0] == 20 * (4 + 4 + 2)
+
 # one warp loads a word of `out` (line 0) into %r5 and one 128 bytes further (line 1) into %r6, then
 # stores %r3 = %r5 + %r6 + 1 per lane: VARIANT says how the second load depends on the first
 LOADS = """
