@@ -135,6 +135,19 @@ def l1_address_reader(instr, program):
     return address_reader(program, instr.operands[1])
 
 
+def lsu_address_reader(instr, program):
+    """For a load or store of global memory (or generic, which may be global): warp -> per-lane addresses;
+    else None. Such a request takes the SM's load/store unit one cycle per 128-byte line it touches."""
+    from .isa.memory_ops import address_reader, space_of
+
+    if instr.family not in ("ld", "ldu", "st") or space_of(instr) not in ("global", "generic"):
+        return None
+    operand = instr.operands[0 if instr.family == "st" else 1] if len(instr.operands) >= 2 else None
+    if operand is None or operand.kind != "addr":
+        return None
+    return address_reader(program, operand)
+
+
 def result_latencies(program, machine) -> list:
     """Per instruction index: the cycles from its issue until its result registers may be read (the
     class's `latency_*`; an instruction with no result class reads as its issue cost)."""
@@ -236,6 +249,13 @@ class Clock:
         self.writes = [w for _, w in effects]
         self.l1_addresses = [l1_address_reader(i, program) for i in program.kernel.instructions]
         self.l1: dict = {}  # SM -> L1 (lines of global loads that allocate in L1)
+        self.lsu_addresses = [lsu_address_reader(i, program) for i in program.kernel.instructions]
+        # ALU instructions issued while the SM's tensor pipe executes cost `alu_cost_factor_tensor_busy` times
+        # their cost (Hopper's wgmma reads and writes its accumulator in the register file)
+        factor = float(machine.alu_cost_factor_tensor_busy)
+        self.busy_costs = [c * factor if cost_class(i) == "cost_alu" else c
+                           for c, i in zip(self.costs, program.kernel.instructions)]
+        self.lsu_free: dict = {}  # SM -> when its load/store unit takes the next line
         # lines a global load brought into L2 in this call (the board flushes L2 and each call reads new
         # inputs: a first read comes from DRAM)
         self.l2_lines: set = set()
@@ -431,6 +451,32 @@ class Clock:
         self.hbm.serve(warp.time, nbytes)
         self.hbm_written += nbytes
 
+    def lsu_start(self, warp) -> float:
+        """The earliest time a global memory request of `warp` enters its SM's load/store unit."""
+        return max(warp.time, self.lsu_free.get(self.sm_of[warp.cta], 0.0))
+
+    def lsu_request(self, warp, pc: int, mask) -> None:
+        """A global load or store enters the SM's load/store unit now: one line per `lsu_cycles_per_line`
+        (a warp's request is split into one transaction per 128-byte line its lanes touch; lanes whose
+        generic address is shared memory take none here)."""
+        from .memory import GENERIC_SHARED_BASE, WINDOW_MASK
+
+        addresses = self.lsu_addresses[pc](warp)[mask]
+        addresses = addresses[(addresses & np.uint64(WINDOW_MASK)) != np.uint64(GENERIC_SHARED_BASE)]
+        lines = len(self.lines(addresses))
+        self.lsu_free[self.sm_of[warp.cta]] = warp.time + lines * self.machine.lsu_cycles_per_line
+
+    def lines(self, addresses) -> set:
+        """The 128-byte lines `addresses` touch, each named by its first address, as on the device: an
+        allocation starts on a line there (CUDA aligns to at least 256 bytes), so lines are counted from the
+        start of the registered region holding the lowest address (host allocations are only 64-byte
+        aligned: their own lines would vary from run to run)."""
+        if addresses.size == 0:
+            return set()
+        region = self.grid.global_memory.region(int(addresses.min()), 1)
+        base = np.uint64(region[0] if region is not None else 0)
+        return set(((((addresses - base) >> np.uint64(7)) << np.uint64(7)) + base).tolist())
+
     def load_latency(self, warp, pc: int, mask) -> float:
         """A cached global load issued now: its result's latency. The lines it reads are in the SM's L1
         (least recently used out, `l1_load_bytes`) once a load of that SM brought them; an L1 hit costs
@@ -442,7 +488,7 @@ class Clock:
         if lines is None:
             lines = self.l1[self.sm_of[warp.cta]] = OrderedDict()
         now, latency = warp.time, m.latency_l1_hit
-        for line in set((addresses >> np.uint64(7)).tolist()):
+        for line in self.lines(addresses):
             arrival = lines.get(line)
             if arrival is None:
                 arrival = lines[line] = now + (m.latency_global_load if line in self.l2_lines
@@ -488,11 +534,15 @@ class Clock:
         if arrival is not None:
             through = self.l2_server.serve(now, op.bytes)
             return max(now + m.tma_l2_latency, through, arrival)
-        through = self.hbm.serve(now, op.bytes)
+        # a miss's bytes come from HBM and then, as a hit's do, through L2's ports to the SM
+        through = max(self.hbm.serve(now, op.bytes), self.l2_server.serve(now, op.bytes))
         self.hbm_read += op.bytes
         done = max(now + m.tma_hbm_latency, through)
         self.l2.insert(op.key, done, op.bytes)
         return done
+
+    def tensor_pipe(self, warp) -> TensorPipe:
+        return self._pipe(warp.cta)
 
     def _pipe(self, cta) -> TensorPipe:
         sm = self.sm_of[cta]

@@ -302,6 +302,8 @@ class Warp:
         if clock is not None:
             costs, store_bytes, pdl_wait = clock.costs, clock.store_bytes, clock.pdl_wait
             latencies, waits_on, writes, l1_loads = clock.latencies, clock.waits_on, clock.writes, clock.l1_addresses
+            lsu, busy_costs = clock.lsu_addresses, clock.busy_costs
+            tensor_pipe = clock.tensor_pipe(self)
             if self.ready is None:
                 self.ready = [0.0] * len(program.register_index)
             ready = self.ready
@@ -321,6 +323,8 @@ class Warp:
                 for r in waits_on[pc]:
                     if ready[r] > self.time:
                         self.time = ready[r]
+                if lsu[pc] is not None:  # a global load or store waits for the SM's load/store unit
+                    self.time = clock.lsu_start(self)
                 if self.time > horizon:
                     return count
             if pc >= len(steps):
@@ -348,13 +352,15 @@ class Warp:
                     e.args = (f"{e.kind}: {e.message} ({e.where})",)
                 raise
             if clock is not None:
+                if lsu[pc] is not None and exec_mask.any():
+                    clock.lsu_request(self, pc, exec_mask)
                 if store_bytes[pc]:
                     clock.stored(self, pc, int(exec_mask.sum()))
                 elif pdl_wait[pc]:
                     clock.griddepcontrol_wait(self)
                 for r in writes[pc]:
                     ready[r] = self.time + latency
-                self.time += costs[pc]
+                self.time += busy_costs[pc] if tensor_pipe.free > self.time else costs[pc]
             if result is None:
                 self._advance(mask, pc + 1)
                 continue

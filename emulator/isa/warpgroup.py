@@ -18,9 +18,12 @@ and when.
   at the `wgmma.wait_group` that retires its group. A kernel that reads its accumulator, rewrites its A
   registers or lets its B stage be refilled before that wait computes with the wrong values. Parts still
   pending when a warp exits are never executed (their results could not be observed).
-- **Timed mode.** Each wgmma.mma_async enters the SM's tensor pipe once (its first warp's issue); each
-  warp's `wgmma.commit_group` becomes an asynchronous operation (unit 'wgmma.commit') that the clock
-  completes when everything issued to the pipe before it has completed, and `wgmma.wait_group N` blocks the
+- **Timed mode.** Each wgmma.mma_async enters the SM's tensor pipe once, when the last of the four warps
+  issues it (the operation is the warpgroup's: its rows come from all four warps' registers, so it cannot
+  start before the slowest warp has issued it); each warp's `wgmma.commit_group` becomes an asynchronous
+  operation (unit 'wgmma.commit') that the clock completes when everything issued to the pipe before it
+  has completed (a commit whose operations have not all entered the pipe is issued to the clock when the
+  last of them enters), and `wgmma.wait_group N` blocks the
   warp until the groups it retires are complete (their arithmetic runs at that instruction, as in
   adversarial mode: only the warp itself can read the registers it writes).
 - `wgmma.fence` orders the warp's register accesses before later wgmma.mma_async: registers are read at
@@ -59,6 +62,8 @@ class WgmmaOp:
     parts: dict = field(default_factory=dict)  # warp index in the warpgroup -> its part, until it runs
     groups: dict = field(default_factory=dict)  # warp index in the warpgroup -> its wgmma-group number
     executed: set = field(default_factory=set)  # warps whose part has run
+    joined: int = 0  # warps that have issued it (timed mode: it enters the tensor pipe at the fourth)
+    commits: list = field(default_factory=list)  # timed mode: commits waiting for it to enter the pipe
 
     def execute(self, warp_in_group: int) -> bool:
         """Run one warp's part, once (eager mode ran it at issue; its wait_group finds it done). True when
@@ -90,12 +95,17 @@ class WarpgroupPipe:
         op = self.ops.get(k)
         if op is None:
             op = self.ops[k] = WgmmaOp("wgmma", shape, dtypes, self.cta.label, self.index, k, issuer)
-            if self.cta.grid.clock is not None:  # timed mode: the op occupies the SM's tensor pipe once
-                self.cta.grid.clock.tensor_op(self.cta, {"unit": op.unit, "n": shape[1]})
         if (op.shape, op.dtypes) != (shape, dtypes):
             raise EmulatorError("aligned", f"wgmma.mma_async #{k} of warpgroup {self.index}: this warp issues "
                                 f"{shape} {dtypes}, another warp of the warpgroup {op.shape} {op.dtypes} "
                                 f"({op.issuer})")
+        op.joined += 1
+        grid = self.cta.grid
+        if op.joined == 4 and grid.clock is not None:  # timed mode: the op occupies the SM's tensor pipe once
+            grid.clock.tensor_op(self.cta, {"unit": op.unit, "n": shape[1]})
+            for completion in op.commits:
+                issue(grid, completion)
+            op.commits = []
         self.open[warp_in_group].append(op)
         return op
 
@@ -108,7 +118,11 @@ class WarpgroupPipe:
         grid = self.cta.grid
         if grid.clock is not None:
             completion = AsyncOp(lambda: None, issuer=issuer, unit="wgmma.commit", cta=self.cta)
-            issue(grid, completion)
+            last = self.open[warp_in_group][-1] if self.open[warp_in_group] else None
+            if last is not None and last.joined < 4:
+                last.commits.append(completion)  # issued when `last` enters the pipe (join)
+            else:
+                issue(grid, completion)
         self.groups[warp_in_group].append((self.open[warp_in_group], completion))
         self.open[warp_in_group] = []
 

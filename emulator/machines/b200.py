@@ -21,7 +21,8 @@ B200 = Machine("B200", "sm_100a", {
     "cost_global_load": C(2, "cycles", "E", "issue of a global load: the warp goes on until it reads the result (latency_global_load)"),
     "cost_global_store": C(2, "cycles", "E", "issue only: a store does not stall the warp"),
     "cost_shfl": C(2, "cycles", "E", "issue of a shuffle (no figure); its result: latency_shfl"),
-    "cost_mbarrier": C(32, "cycles", "E", "H200: 64 cycles per arrive + try_wait pair in one thread (Table 2)"),
+    "cost_mbarrier": C(2, "cycles", "E", "issue of an mbarrier operation (a shared-memory atomic: the warp goes on; what it returns lands latency_mbarrier later)"),
+    "latency_mbarrier": C(32, "cycles", "E", "H200: 64 cycles per dependent arrive + try_wait pair in one thread"),
     "cost_named_barrier": C(21, "cycles", "E", "H200 bar.sync of 128 threads: 20.7 cycles (Table 2)"),
     "cost_cluster_barrier": C(323, "cycles", "E", "H200 barrier.cluster arrive + wait: 323 cycles (Table 2)"),
     "cost_tma_issue": C(12, "cycles", "E", "taken equal to the MMA issue cost; not measured"),
@@ -40,6 +41,8 @@ B200 = Machine("B200", "sm_100a", {
     "latency_l1_hit": C(40, "cycles", "M", "L1 hit latency, pointer chase [MD] (4)"),
     "l1_load_bytes": C(24576, "bytes", "E", "the 256 KiB L1 + SMEM pool [MD] less the 228 KiB shared-memory "
                        "carve-out a large-SMEM kernel takes, less a margin"),
+    "lsu_cycles_per_line": C(1, "cycles", "E", "the SM's load/store unit takes one 128-byte line (L1 wavefront) per cycle: a global access whose 32 lanes touch k lines holds it k cycles (the L1's 128 B/clock per SM)"),
+    "alu_cost_factor_tensor_busy": C(1.0, "x", "E", "tcgen05.mma accumulates in tensor memory, not the register file: no contention assumed"),
     "latency_shfl": C(6, "cycles", "E", "no figure"),
     "latency_tmem_load": C(120, "cycles", "E", "tcgen05.ld latency not found (5: an unverified '~420' comment); "
                            "an x32 load of 32 lanes x 32 columns taken as ~120 cycles"),

@@ -16,7 +16,8 @@ H200 = Machine("H200", "sm_90a", {
     "cost_global_load": C(2, "cycles", "E", "issue of a global load: the warp goes on until it reads the result (latency_global_load)"),
     "cost_global_store": C(2, "cycles", "E", "issue only"),
     "cost_shfl": C(2, "cycles", "E", "issue of a shuffle (no figure); its result: latency_shfl"),
-    "cost_mbarrier": C(32, "cycles", "H", "64 cycles per arrive + try_wait pair, one thread"),
+    "cost_mbarrier": C(2, "cycles", "E", "issue of an mbarrier operation (a shared-memory atomic: the warp goes on; what it returns lands latency_mbarrier later)"),
+    "latency_mbarrier": C(32, "cycles", "H", "64 cycles per dependent arrive + try_wait pair in one thread"),
     "cost_named_barrier": C(21, "cycles", "H", "bar.sync, 128 threads: 20.7 cycles"),
     "cost_cluster_barrier": C(323, "cycles", "H", "barrier.cluster arrive + wait"),
     "cost_tma_issue": C(12, "cycles", "E", "not measured"),
@@ -35,6 +36,8 @@ H200 = Machine("H200", "sm_90a", {
     "latency_l1_hit": C(40, "cycles", "M", "H100 SXM / GH200 L1 hit, pointer chase [MD]"),
     "l1_load_bytes": C(24576, "bytes", "E", "the 256 KiB L1 + SMEM pool less the 228 KiB shared-memory "
                        "carve-out a large-SMEM kernel takes, less a margin"),
+    "lsu_cycles_per_line": C(1, "cycles", "E", "the SM's load/store unit takes one 128-byte line (L1 wavefront) per cycle: a global access whose 32 lanes touch k lines holds it k cycles (the L1's 128 B/clock per SM)"),
+    "alu_cost_factor_tensor_busy": C(2.0, "x", "F", "ALU issue while the SM's tensor pipe executes wgmma, which reads and writes its accumulator in the register file: fitted to the dequantize phase of tools/sm90_profile.py phases (cases named in BENCHMARKS.md), held out elsewhere"),
     "latency_shfl": C(6, "cycles", "E", "no figure"),
     "latency_tmem_load": C(120, "cycles", "E", "no tcgen05 on sm_90a; kept for one cost table"),
     "wake_latency": C(92.5, "cycles", "H", "mbarrier hand-off between two warps"),
