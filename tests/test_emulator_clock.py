@@ -178,6 +178,113 @@ def test_a_wgmma_chain_costs_its_latency_and_a_pipelined_one_its_initiation_inte
     assert 10 * H200.wgmma_ii_per_n * 64 <= pipelined < chained
 
 
+def sm90_run(body: str, arg: int, machine=H200) -> np.ndarray:
+    """One warpgroup (128 threads) runs `body` on an H200 description; `out` (a word per thread) returned."""
+    from emulator.launch import execute
+    from emulator.memory import GlobalMemory
+    from test_emulator_core import HEADER
+
+    out = np.zeros(128, np.int32)
+    memory = GlobalMemory()
+    memory.register(out.ctypes.data, out.nbytes, "out")
+    launch = SimpleNamespace(kernel_name="k", grid=(1, 1, 1), block=(128, 1, 1), cluster=(1, 1, 1),
+                             shared_bytes=16384, attributes={},
+                             params=(struct.pack("<Q", out.ctypes.data), struct.pack("<I", arg)))
+    ptx = HEADER.format(threads=128).replace("sm_100a", "sm_90a") + body + "\n}\n"
+    execute(launch, ptx, memory, mode="timed", machine=machine, step_budget=200_000)
+    return out
+
+
+WGMMA_N64 = ("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {" + ", ".join(f"%f{i}" for i in range(32))
+             + "}, {%r40, %r41, %r42, %r43}, %rd5, %p9, 1, 1, 0;")
+WGMMA_SETUP = """
+	.reg .f32 %f<32>;
+	mov.b64 %rd5, 4611686293305294912;
+	mov.u32 %r40, 0;
+	mov.u32 %r41, 0;
+	mov.u32 %r42, 0;
+	mov.u32 %r43, 0;
+	setp.ne.s32 %p9, 0, 0;
+"""
+
+# Warp 3 of the warpgroup counts to %r1 before it issues the wgmma; every warp then waits for the wgmma and
+# stores the cycles from its own issue to the wait's end (%clock).
+LATE_WARP = WGMMA_SETUP + """
+	shr.u32 %r7, %r2, 5;
+	setp.ne.s32 %p2, %r7, 3;
+	mov.u32 %r4, 0;
+	@%p2 bra $L_issue;
+$L_count:
+	add.s32 %r4, %r4, 1;
+	setp.lt.s32 %p1, %r4, %r1;
+	@%p1 bra $L_count;
+$L_issue:
+	wgmma.fence.sync.aligned;
+	mov.u32 %r8, %clock;
+	""" + WGMMA_N64 + """
+	wgmma.commit_group.sync.aligned;
+	wgmma.wait_group.sync.aligned 0;
+	mov.u32 %r9, %clock;
+	sub.s32 %r3, %r9, %r8;
+""" + STORE_R3
+
+
+def test_a_wgmma_starts_when_the_last_warp_of_its_warpgroup_issues_it():
+    """wgmma is a warpgroup's instruction: warp 0's wait for it ends a wgmma latency after warp 3, the late
+    one, issued it (before: the tensor pipe took it at the first warp's issue, and warp 0's wait did not
+    move with warp 3)."""
+    early, late = sm90_run(LATE_WARP, 10), sm90_run(LATE_WARP, 60)
+    assert late[0] - early[0] >= 50 * 2 * H200.cost_alu  # 50 more iterations of at least two issues
+    assert late[0] - late[96] >= late[0] - early[0] - H200.wgmma_latency_fixed  # warp 3 waits the least
+
+
+# A group of four wgmma (4 x 32 cycles of the tensor pipe at N = 64), then eight independent ALU instructions
+# stamped with %clock while the pipe executes them, then the same eight after `wait_group 0` (pipe idle).
+BUSY = WGMMA_SETUP + """
+	wgmma.fence.sync.aligned;
+	""" + "\n\t".join([WGMMA_N64] * 4) + """
+	wgmma.commit_group.sync.aligned;
+	mov.u32 %r8, %clock;
+	""" + "\n\t".join(f"add.s32 %r{50 + i}, %r2, {i};" for i in range(8)) + """
+	mov.u32 %r9, %clock;
+	wgmma.wait_group.sync.aligned 0;
+	mov.u32 %r10, %clock;
+	""" + "\n\t".join(f"add.s32 %r{50 + i}, %r2, {i};" for i in range(8)) + """
+	mov.u32 %r11, %clock;
+	sub.s32 %r12, %r9, %r8;
+	sub.s32 %r13, %r11, %r10;
+	mul.lo.s32 %r3, %r12, 65536;
+	add.s32 %r3, %r3, %r13;
+""" + STORE_R3
+
+
+def test_alu_instructions_cost_more_while_the_tensor_pipe_executes():
+    """alu_cost_factor_tensor_busy: the eight instructions issued while the wgmma group executes cost the
+    factor times their cost; the eight after it, their cost."""
+    spans = {}
+    for factor in (1.0, 3.0):
+        word = int(sm90_run(BUSY, 0, H200.replace("test", alu_cost_factor_tensor_busy=factor))[0])
+        spans[factor] = (word >> 16, word & 0xFFFF)
+    assert spans[3.0][0] - spans[1.0][0] == 8 * 2 * H200.cost_alu  # busy: 3x against 1x
+    assert spans[3.0][1] == spans[1.0][1]  # idle: the same
+
+
+# One warp stores a word per lane eight times, the lanes 4 bytes apart (one 128-byte line) or 128 apart (32).
+SCATTER = """
+	mul.wide.u32 %rd2, %r2, STRIDE;
+	add.s64 %rd3, %rd1, %rd2;
+""" + "".join(f"\tst.global.u32 [%rd3+{4096 * i}], %r2;\n" for i in range(8)) + "\tret;\n"
+
+
+def test_a_global_access_holds_the_load_store_unit_a_cycle_per_line():
+    """Eight stores whose lanes touch 32 lines each take the SM's load/store unit 8 x 32 cycles; eight
+    coalesced ones (one line each) issue at their issue cost."""
+    out = np.zeros(8 * 1024, np.int32)
+    coalesced = timed_cycles(SCATTER.replace("STRIDE", "4"), out)
+    scattered = timed_cycles(SCATTER.replace("STRIDE", "128"), out)
+    assert scattered - coalesced == pytest.approx(
+        7 * (32 * B200.lsu_cycles_per_line - B200.cost_global_store), abs=2 * B200.cost_global_store)
+
 HAND_OFF = """
 	shr.u32 %r7, %r2, 5;
 	and.b32 %r10, %r2, 31;

@@ -272,7 +272,10 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("measured", nargs="?", type=Path)
     parser.add_argument("--from-eval", action="append", default=[], metavar="FILE:CASES:CONFIG")
-    parser.add_argument("--simulated", type=Path, metavar="FILE.json", help="report rows saved by --save")
+    parser.add_argument("--simulated", type=Path, action="append", default=[], metavar="FILE.json",
+                        help="report rows saved by --save; a second file's rows replace the first's of the same "
+                             "case and config (cases simulated apart, e.g. with --rows)")
+    parser.add_argument("--rows", default="", metavar="N,..", help="simulate only these rows of MEASURED")
     parser.add_argument("--arch", choices=("sm_90a", "sm_100a"), default="sm_90a")
     parser.add_argument("--fit-cases", default="", metavar="ROWS", help="rows (from 1) the launch gap is fitted on")
     parser.add_argument("--jobs", type=int, default=1, metavar="N", help="cases simulated at once")
@@ -289,7 +292,10 @@ def main(argv=None) -> int:
     parser.add_argument("--points", default="", metavar="N,..", help="which anchors (from 1; default all)")
     args = parser.parse_args(argv)
     if args.simulated:
-        saved = json.loads(args.simulated.read_text())
+        saved = json.loads(args.simulated[0].read_text())
+        for path in args.simulated[1:]:
+            later = {(r["case"], r["config"]): r for r in json.loads(path.read_text())}
+            saved = [later.get((r["case"], r["config"]), r) for r in saved]
     elif args.flashinfer_anchors:
         chosen = {int(x) for x in args.points.split(",") if x.strip()}
         points = [p for i, p in enumerate(FLASHINFER_ANCHORS, 1) if not chosen or i in chosen]
@@ -300,6 +306,8 @@ def main(argv=None) -> int:
             measured += read_eval_output(argument)
         if not measured:
             parser.error("no measured times: give MEASURED, --from-eval, --simulated or --flashinfer-anchors")
+        chosen = {int(x) for x in args.rows.split(",") if x.strip()}
+        measured = [row for i, row in enumerate(measured, 1) if not chosen or i in chosen]
         saved = simulate_cases(measured, args)
     fit = {int(x) for x in args.fit_cases.split(",") if x.strip()}
     report(report_rows(saved), fit, args.markdown)
