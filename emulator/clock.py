@@ -13,9 +13,15 @@
   sync_ops.py, AsyncOp.deliver) and the warp resumes `wake_latency` later. In this mode a failed
   `mbarrier.try_wait` suspends the warp as the hardware does, until the phase completes or the ISA's time
   limit (`try_wait_limit`) passes.
+- **The SM's shared pipes.** A global load or store holds the SM's load/store unit one cycle per 128-byte
+  line its lanes touch (`lsu_cycles_per_line`: a scattered store of 32 lanes costs 32 cycles, a coalesced
+  one 1), and waits for it; ALU instructions issued while the SM's tensor pipe executes cost
+  `alu_cost_factor_tensor_busy` times their cost (Hopper's wgmma reads and writes its accumulator in the
+  register file; 1 on the B200, whose tcgen05 accumulates in tensor memory).
 - **Asynchronous units.** TMA loads: latency, then bytes over bandwidth: a miss through one HBM server
-  shared by the whole chip, a hit (a box read since the call began by any SM, while it stays within the L2
-  capacity) through the L2 server; a box still on its way from HBM is a hit that waits for it. TMA stores
+  shared by the whole chip and then, as a hit, through the L2 server (L2's ports to the SMs); a hit (a box
+  read since the call began by any SM, while it stays within the L2 capacity) through the L2 server only;
+  a box still on its way from HBM is a hit that waits for it. TMA stores
   and `st.global` bytes go through the same HBM server; the grid ends when they have drained. The tensor
   pipe is one in-order queue per issuing SM (a `cta_group::2` pair's even SM): an MMA starts when issued and
   the pipe is free, occupies it for its initiation interval and completes a latency after its start
