@@ -244,8 +244,8 @@ def phases_emulated(specs, against_path=None, machine_set=()):
         for bench in json.loads(Path(against_path).read_text())["benchmarks"]:
             against[bench["spec"]] = {(s["n"], s["k"]): s["median"] for s in bench["shapes"]}
     argv = ["submission", "--arch", "sm_90a", "--mode", "timed", "--machine", "h200", "--timing-only"]
-    if machine_set:
-        argv += ["--set", *machine_set]
+    for item in machine_set:
+        argv += ["--set", item]
     for spec in specs:
         args = emulate.parse_args(argv + ["--spec", spec])
         args.mode = "timed"
