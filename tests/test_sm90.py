@@ -23,12 +23,12 @@ on_hopper = pytest.mark.skipif(
     reason="needs a compute capability 9.0 GPU",
 )
 
-# argv: repository root, CuTe DSL's dump folder, "kernel" or "instrumented" (tools/sm90_profile.py's copy)
+# argv: repository root, CuTe DSL's dump folder, "kernel", "instrumented" or "phases" (tools/sm90_profile.py's copies)
 COMPILE_SCRIPT = r"""
 import glob, sys
 sys.path[:0] = [sys.argv[1], sys.argv[1] + "/tools"]
 import submission, sm90_kernel, sm90_profile
-kernels = sm90_profile.load_instrumented() if sys.argv[3] == "instrumented" else sm90_kernel
+kernels = sm90_profile.load_instrumented(phases=sys.argv[3] == "phases") if sys.argv[3] != "kernel" else sm90_kernel
 try:
     kernels.compile_sm90(3)
 except Exception:  # without a driver only loading the cubin fails, after it is written
@@ -186,12 +186,31 @@ def test_profile_tool_instruments_the_current_kernel():
         sm90_profile.instrumented_source(source.replace(sm90_profile.TILE_CALL, ""))
 
 
+def test_phases_tool_stamps_each_phase_of_the_k_loop_and_packs_them():
+    """`sm90_profile.py phases` stamps the five k-loop phases and the tail in order, and packs each tile's
+    means into 10-bit fields that unpack_phases reads back (the tail in units of 4 cycles)."""
+    import sm90_profile
+
+    source = (ROOT / "sm90_kernel.py").read_text()
+    patched = sm90_profile.phases_source(source)
+    order = [patched.index(f"ph{i} = ph{i} + (now_ - last_)") for i in (0, 1, 2, 3)]
+    assert order == sorted(order) and patched.count("ph4 = ph4 + (now_ - last_)") == 2
+    assert "return w_read, t_read, t_release, p3_, p7_" in patched and "tiles[t, 7] = r_[4]" in patched
+    phases = [87, 321, 114, 110, 124]
+    col3 = phases[0] | phases[1] << 10 | phases[2] << 20
+    col7 = phases[3] | phases[4] << 10 | (2380 // 4) << 20
+    assert sm90_profile.unpack_phases(col3, col7) == phases + [2380]
+    with pytest.raises(ValueError, match="phase anchors"):
+        sm90_profile.phases_source(source.replace("pt.consumer_wait(t_read)", "pt.consumer_wait( t_read)"))
+
+
 
 @pytest.mark.long
-def test_instrumented_kernel_compiles_on_cpu(tmp_path):
-    """The stamped copy must trace and compile, not only patch: a name its clock helper uses that
-    the kernel's module lacks fails here, not on the H200."""
+@pytest.mark.parametrize("copy", ["instrumented", "phases"])
+def test_instrumented_kernel_compiles_on_cpu(tmp_path, copy):
+    """The stamped copies (`tiles` and `phases`) must trace and compile, not only patch: a name their clock
+    helper uses that the kernel's module lacks fails here, not on the H200."""
     env = dict(os.environ, CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP_CUBIN="1", CUTE_DSL_DUMP_DIR=str(tmp_path))
-    subprocess.run([sys.executable, "-c", COMPILE_SCRIPT, str(ROOT), str(tmp_path), "instrumented"],
+    subprocess.run([sys.executable, "-c", COMPILE_SCRIPT, str(ROOT), str(tmp_path), copy],
                    env=env, check=True, capture_output=True, timeout=300)
     assert len(glob.glob(str(tmp_path / "*.cubin"))) == 1
