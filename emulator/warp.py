@@ -224,7 +224,7 @@ def _lanemask(op):
 
 
 def _clock(w, sub):
-    """%clock / %clock64 (PTX ISA 10.12, 10.13: a per-SM cycle counter): in the timed mode the warp's time
+    """%clock / %clock64 (PTX ISA, "Special Registers": a per-SM cycle counter): in the timed mode the warp's time
     in cycles, so a kernel's own stamps read the simulated clock; in the untimed modes the grid's
     instruction count (monotone, as the ISA promises, and nothing more)."""
     return np.full(LANES, int(w.time) if w.ready is not None else w.cta.grid.instructions)
