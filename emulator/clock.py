@@ -130,17 +130,6 @@ def register_effects(instr, register_index) -> tuple:
 L1_BYPASS = ("cg", "cv", "volatile", "relaxed", "acquire", "L1::no_allocate", "mmio")
 
 
-def l1_address_reader(instr, program):
-    """For a load that may hit L1 (global or generic, cached): warp -> per-lane addresses; else None."""
-    from .isa.memory_ops import address_reader, space_of
-
-    if instr.family not in ("ld", "ldu") or space_of(instr) not in ("global", "generic") \
-            or any(m in L1_BYPASS for m in instr.modifiers) or len(instr.operands) < 2 \
-            or instr.operands[1].kind != "addr":
-        return None
-    return address_reader(program, instr.operands[1])
-
-
 def lsu_address_reader(instr, program):
     """For a load or store of global memory (or generic, which may be global): warp -> per-lane addresses;
     else None. Such a request takes the SM's load/store unit one cycle per 128-byte line it touches."""
@@ -152,6 +141,13 @@ def lsu_address_reader(instr, program):
     if operand is None or operand.kind != "addr":
         return None
     return address_reader(program, operand)
+
+
+def l1_address_reader(instr, program):
+    """For a load that may hit L1 (global or generic, cached): warp -> per-lane addresses; else None."""
+    if instr.family == "st" or any(m in L1_BYPASS for m in instr.modifiers):
+        return None
+    return lsu_address_reader(instr, program)
 
 
 def result_latencies(program, machine) -> list:

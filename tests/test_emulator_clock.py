@@ -127,59 +127,9 @@ def test_loads_overlap_until_a_result_is_read_and_a_line_in_l1_costs_the_l1_late
 
 H200 = load("h200")
 
-# One warpgroup issues %r1 wgmma.mma_async m64n64k16 on a B operand at shared 0x400 (128-byte swizzle), each
-# followed by `wgmma.wait_group WAIT` (0: every MMA waits for the previous one; 1: one group stays in flight).
-WGMMA_LOOP = """
-	.reg .f32 %f<32>;
-	mov.u32 %r4, 0;
-	mov.b64 %rd5, 4611686293305294912;
-	mov.u32 %r40, 0;
-	mov.u32 %r41, 0;
-	mov.u32 %r42, 0;
-	mov.u32 %r43, 0;
-	setp.ne.s32 %p9, %r1, 0;
-$L_loop:
-	wgmma.fence.sync.aligned;
-	wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {""" + ", ".join(f"%f{i}" for i in range(32)) + """}, {%r40, %r41, %r42, %r43}, %rd5, %p9, 1, 1, 0;
-	wgmma.commit_group.sync.aligned;
-	wgmma.wait_group.sync.aligned WAIT;
-	add.s32 %r4, %r4, 1;
-	setp.lt.s32 %p1, %r4, %r1;
-	@%p1 bra $L_loop;
-	wgmma.wait_group.sync.aligned 0;
-	mov.u32 %r3, %r4;
-""" + STORE_R3
-
-
-def wgmma_cycles(count: int, wait: int) -> float:
-    from emulator.launch import execute
-    from emulator.memory import GlobalMemory
-    from test_emulator_core import HEADER
-
-    out = np.zeros(128, np.int32)
-    memory = GlobalMemory()
-    memory.register(out.ctypes.data, out.nbytes, "out")
-    launch = SimpleNamespace(kernel_name="k", grid=(1, 1, 1), block=(128, 1, 1), cluster=(1, 1, 1),
-                             shared_bytes=16384, attributes={},
-                             params=(struct.pack("<Q", out.ctypes.data), struct.pack("<I", count)))
-    ptx = HEADER.format(threads=128).replace("sm_100a", "sm_90a") + WGMMA_LOOP.replace("WAIT", str(wait)) + "\n}\n"
-    stats = execute(launch, ptx, memory, mode="timed", machine="h200", step_budget=200_000)
-    assert (out == count).all()
-    return H200.cycles(stats.timing["kernel_us"])
-
-
-def test_a_wgmma_chain_costs_its_latency_and_a_pipelined_one_its_initiation_interval():
-    """`wgmma.wait_group 0` after each MMA: each extra MMA costs at least the wgmma latency (54 + N/2 = 86
-    cycles at N = 64); with one group left in flight the MMAs overlap, and each costs less than that."""
-    latency = H200.wgmma_latency_fixed + 64 / 2
-    chained = wgmma_cycles(20, 0) - wgmma_cycles(10, 0)
-    assert chained >= 10 * latency
-    pipelined = wgmma_cycles(20, 1) - wgmma_cycles(10, 1)
-    assert 10 * H200.wgmma_ii_per_n * 64 <= pipelined < chained
-
-
-def sm90_run(body: str, arg: int, machine=H200) -> np.ndarray:
-    """One warpgroup (128 threads) runs `body` on an H200 description; `out` (a word per thread) returned."""
+def sm90_run(body: str, arg: int, machine=H200) -> tuple:
+    """One warpgroup (128 threads) runs `body` on an H200 description: `out` (a word per thread) and the
+    kernel's span in cycles."""
     from emulator.launch import execute
     from emulator.memory import GlobalMemory
     from test_emulator_core import HEADER
@@ -191,10 +141,12 @@ def sm90_run(body: str, arg: int, machine=H200) -> np.ndarray:
                              shared_bytes=16384, attributes={},
                              params=(struct.pack("<Q", out.ctypes.data), struct.pack("<I", arg)))
     ptx = HEADER.format(threads=128).replace("sm_100a", "sm_90a") + body + "\n}\n"
-    execute(launch, ptx, memory, mode="timed", machine=machine, step_budget=200_000)
-    return out
+    stats = execute(launch, ptx, memory, mode="timed", machine=machine, step_budget=200_000)
+    return out, machine.cycles(stats.timing["kernel_us"])
 
 
+# One wgmma.mma_async m64n64k16 on a B operand at shared 0x400 (128-byte swizzle), A from %r40..43; it
+# accumulates when %r1 is not 0.
 WGMMA_N64 = ("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {" + ", ".join(f"%f{i}" for i in range(32))
              + "}, {%r40, %r41, %r42, %r43}, %rd5, %p9, 1, 1, 0;")
 WGMMA_SETUP = """
@@ -204,8 +156,41 @@ WGMMA_SETUP = """
 	mov.u32 %r41, 0;
 	mov.u32 %r42, 0;
 	mov.u32 %r43, 0;
-	setp.ne.s32 %p9, 0, 0;
+	setp.ne.s32 %p9, %r1, 0;
 """
+
+# One warpgroup issues %r1 of those wgmma, each followed by `wgmma.wait_group WAIT` (0: every MMA waits for
+# the previous one; 1: one group stays in flight).
+WGMMA_LOOP = WGMMA_SETUP + """
+	mov.u32 %r4, 0;
+$L_loop:
+	wgmma.fence.sync.aligned;
+	""" + WGMMA_N64 + """
+	wgmma.commit_group.sync.aligned;
+	wgmma.wait_group.sync.aligned WAIT;
+	add.s32 %r4, %r4, 1;
+	setp.lt.s32 %p1, %r4, %r1;
+	@%p1 bra $L_loop;
+	wgmma.wait_group.sync.aligned 0;
+	mov.u32 %r3, %r4;
+""" + STORE_R3
+
+
+def wgmma_cycles(count: int, wait: int) -> float:
+    out, cycles = sm90_run(WGMMA_LOOP.replace("WAIT", str(wait)), count)
+    assert (out == count).all()
+    return cycles
+
+
+def test_a_wgmma_chain_costs_its_latency_and_a_pipelined_one_its_initiation_interval():
+    """`wgmma.wait_group 0` after each MMA: each extra MMA costs at least the wgmma latency (54 + N/2 = 86
+    cycles at N = 64); with one group left in flight the MMAs overlap, and each costs less than that."""
+    latency = H200.wgmma_latency_fixed + 64 / 2
+    chained = wgmma_cycles(20, 0) - wgmma_cycles(10, 0)
+    assert chained >= 10 * latency
+    pipelined = wgmma_cycles(20, 1) - wgmma_cycles(10, 1)
+    assert 10 * H200.wgmma_ii_per_n * 64 <= pipelined < chained
+
 
 # Warp 3 of the warpgroup counts to %r1 before it issues the wgmma; every warp then waits for the wgmma and
 # stores the cycles from its own issue to the wait's end (%clock).
@@ -233,7 +218,7 @@ def test_a_wgmma_starts_when_the_last_warp_of_its_warpgroup_issues_it():
     """wgmma is a warpgroup's instruction: warp 0's wait for it ends a wgmma latency after warp 3, the late
     one, issued it (before: the tensor pipe took it at the first warp's issue, and warp 0's wait did not
     move with warp 3)."""
-    early, late = sm90_run(LATE_WARP, 10), sm90_run(LATE_WARP, 60)
+    early, late = sm90_run(LATE_WARP, 10)[0], sm90_run(LATE_WARP, 60)[0]
     assert late[0] - early[0] >= 50 * 2 * H200.cost_alu  # 50 more iterations of at least two issues
     assert late[0] - late[96] >= late[0] - early[0] - H200.wgmma_latency_fixed  # warp 3 waits the least
 
@@ -263,7 +248,7 @@ def test_alu_instructions_cost_more_while_the_tensor_pipe_executes():
     factor times their cost; the eight after it, their cost."""
     spans = {}
     for factor in (1.0, 3.0):
-        word = int(sm90_run(BUSY, 0, H200.replace("test", alu_cost_factor_tensor_busy=factor))[0])
+        word = int(sm90_run(BUSY, 0, H200.replace("test", alu_cost_factor_tensor_busy=factor))[0][0])
         spans[factor] = (word >> 16, word & 0xFFFF)
     assert spans[3.0][0] - spans[1.0][0] == 8 * 2 * H200.cost_alu  # busy: 3x against 1x
     assert spans[3.0][1] == spans[1.0][1]  # idle: the same

@@ -132,6 +132,11 @@ def load_instrumented(phases: bool = False):
     return module
 
 
+def plan_of(submission, data):
+    """The plan custom_kernel made for `data` (its tile table is where the stamps land)."""
+    return submission._plans[(submission._signature(data[3]), data[0][0][0].device, submission.SM100_CONFIG)]
+
+
 def _benchmarks():
     import check
 
@@ -149,7 +154,7 @@ def tiles_report(json_path=None):
         for _ in range(2):
             submission.custom_kernel(data)
         torch.cuda.synchronize()
-        plan = submission._plans[(submission._signature(data[3]), data[0][0][0].device, submission.SM100_CONFIG)]
+        plan = plan_of(submission, data)
         tiles, cta_tiles = (t.tolist() for t in plan.launch.buffers[:2])
         by_shape = collections.defaultdict(list)
         spans = []
@@ -216,7 +221,7 @@ def phases_report(specs, json_path=None):
         for _ in range(2):
             submission.custom_kernel(data)
         torch.cuda.synchronize()
-        plan = submission._plans[(submission._signature(data[3]), data[0][0][0].device, submission.SM100_CONFIG)]
+        plan = plan_of(submission, data)
         found.append({"spec": spec, "shapes": phase_summary(f"H200 {spec!r}", phase_rows(kernel, plan))})
     if json_path is not None:
         Path(json_path).write_text(json.dumps(
