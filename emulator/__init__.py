@@ -52,14 +52,16 @@ class Emulator:
     accesses raises a RaceError (an EmulatorError of kind "race") naming both PTX lines.
     Timed mode: `machine` ('b200', 'h200') names the description, `timeline` records the run (timeline.py);
     each launch's RunStats then carries `timing` (simulated figures, "board_us" the board's time);
-    `timing_only` skips TMA data and MMA arithmetic (same times, outputs not computed)."""
+    `timing_only` skips TMA data and MMA arithmetic (same times, outputs not computed); `calls_per_flush`:
+    how many timed calls share one L2 flush (the board's 15; FlashInfer's benchmark flushes before each: 1)."""
 
     def __init__(self, *, mode: str = "eager", seed: int = 0, ptx_filter: str | None = None,
                  step_budget: int = DEFAULT_STEP_BUDGET, warp_roles=None, barrier_names=None, races: bool = False,
-                 machine: str | None = None, timeline=None, timing_only: bool = False):
+                 machine: str | None = None, timeline=None, timing_only: bool = False, calls_per_flush: int = 15):
         self.mode = mode
         self.races = races
         self.timing_only = timing_only
+        self.calls_per_flush = calls_per_flush
         self.machine = machine
         self.timeline = timeline
         self.seed = seed
@@ -94,7 +96,8 @@ class Emulator:
             stats.append(execute(launch, ptx, self.memory, mode=self.mode, seed=self.seed,
                                  step_budget=self.step_budget, barrier_names=self.barrier_names,
                                  warp_roles=self.warp_roles, races=self.races, machine=self.machine,
-                                 timeline=self.timeline, timing_only=self.timing_only))
+                                 timeline=self.timeline, timing_only=self.timing_only,
+                                 calls_per_flush=self.calls_per_flush))
         return stats
 
     def call(self, compiled, *args) -> list:

@@ -21,7 +21,8 @@
 - **Asynchronous units.** TMA loads: latency, then bytes over bandwidth: a miss through one HBM server
   shared by the whole chip and then, as a hit, through the L2 server (L2's ports to the SMs); a hit (a box
   read since the call began by any SM, while it stays within the L2 capacity) through the L2 server only;
-  a box still on its way from HBM is a hit that waits for it. TMA stores
+  a box still on its way from HBM is a hit that waits for it. A miss also writes back its dirty victims
+  through HBM: the L2 flush before the timed calls left L2 dirty (`DirtyL2`). TMA stores
   and `st.global` bytes go through the same HBM server; the grid ends when they have drained. The tensor
   pipe is one in-order queue per issuing SM (a `cta_group::2` pair's even SM): an MMA starts when issued and
   the pipe is free, occupies it for its initiation interval and completes a latency after its start
@@ -221,6 +222,29 @@ class L2:
             self.held -= size
 
 
+class DirtyL2:
+    """The write-backs a dirty L2 still owes. The flush before timed calls writes a large buffer (the board's
+    `torch.randn`, FlashInfer's benchmark's `zero_()`), so L2 starts full of dirty lines; a miss allocating
+    lines evicts victims, a dirty share of them, and each dirty victim is written to HBM first. Measured on
+    the H200 (tools/h200_dirty_l2.py): a read of S bytes after a writing flush takes
+    `l2_dirty_writeback_fraction` x L2's bytes / HBM's rate x (1 - exp(-S / L2's bytes)) longer than after a
+    reading flush: a victim is dirty in proportion to the dirty bytes left (not least recently used), and a
+    store adds nothing (its own line's write-back replaces its victim's). `calls_per_flush` calls share one
+    flush (the board times 15 after one; FlashInfer's benchmark flushes before each): each call is charged
+    their average, a share of the owed bytes evicted that many times as fast."""
+
+    def __init__(self, machine, calls_per_flush: int):
+        self.capacity = float(machine.l2_bytes)
+        self.calls = calls_per_flush
+        self.owed = float(machine.l2_dirty_writeback_fraction) * self.capacity / calls_per_flush
+
+    def evict(self, nbytes: int) -> float:
+        """A miss allocated `nbytes`: the bytes its dirty victims write back."""
+        written = self.owed * min(1.0, nbytes * self.calls / self.capacity)
+        self.owed -= written
+        return written
+
+
 class TensorPipe:
     """One SM's (or SM pair's) tensor pipe: in order; `free` when the next operation may start, `done`
     when everything issued so far has completed."""
@@ -237,7 +261,7 @@ class TensorPipe:
 
 
 class Clock:
-    def __init__(self, grid, machine, *, step_budget: int, timeline=None):
+    def __init__(self, grid, machine, *, step_budget: int, timeline=None, calls_per_flush: int = 15):
         self.grid = grid
         self.machine = machine
         self.step_budget = step_budget
@@ -272,6 +296,7 @@ class Clock:
         self.hbm = Server(machine.hbm_bytes_per_us / machine.cycles(1.0))
         self.l2_server = Server(machine.l2_bytes_per_us / machine.cycles(1.0))
         self.l2 = L2(int(machine.l2_bytes))
+        self.dirty = DirtyL2(machine, calls_per_flush)
         self.pipes: dict = {}
         self.sm_of: dict = {}  # cta -> SM index
         self.cta_start: dict = {}
@@ -536,9 +561,12 @@ class Clock:
         if arrival is not None:
             through = self.l2_server.serve(now, op.bytes)
             return max(now + m.tma_l2_latency, through, arrival)
-        # a miss's bytes come from HBM and then, as a hit's do, through L2's ports to the SM
-        through = max(self.hbm.serve(now, op.bytes), self.l2_server.serve(now, op.bytes))
+        # a miss's bytes come from HBM (after its dirty victims leave) and then, as a hit's do, through L2's
+        # ports to the SM
+        writeback = self.dirty.evict(op.bytes)
+        through = max(self.hbm.serve(now, op.bytes + writeback), self.l2_server.serve(now, op.bytes))
         self.hbm_read += op.bytes
+        self.hbm_written += writeback
         done = max(now + m.tma_hbm_latency, through)
         self.l2.insert(op.key, done, op.bytes)
         return done

@@ -66,11 +66,12 @@ def program_for(ptx: str, kernel_name: str) -> Program:
 
 def execute(launch, ptx: str, memory, *, mode: str = "eager", seed: int = 0,
             step_budget: int = DEFAULT_STEP_BUDGET, barrier_names=None, warp_roles=None, races: bool = False,
-            machine=None, timeline=None, timing_only: bool = False) -> RunStats:
+            machine=None, timeline=None, timing_only: bool = False, calls_per_flush: int = 15) -> RunStats:
     """Run one recorded launch to completion. `memory` is the GlobalMemory of the registered regions; with
     `races`, every conflicting pair of accesses must be ordered (happens_before.py: a RaceError otherwise).
     Timed mode: `machine` (machines/) sets the costs, `timeline` (timeline.Timeline) records who did what
-    when; `timing_only` skips what control flow does not read (TMA data movement, MMA and tcgen05.cp
+    when; `calls_per_flush`: how many timed calls share one L2 flush (the board's 15; clock.DirtyL2);
+    `timing_only` skips what control flow does not read (TMA data movement, MMA and tcgen05.cp
     arithmetic): the times are the same, the outputs are not computed."""
     from .warp import Warp
 
@@ -97,7 +98,8 @@ def execute(launch, ptx: str, memory, *, mode: str = "eager", seed: int = 0,
         from .machines import load
 
         machine = load(machine or "b200")
-        grid.clock = Clock(grid, machine, step_budget=step_budget, timeline=timeline)
+        grid.clock = Clock(grid, machine, step_budget=step_budget, timeline=timeline,
+                           calls_per_flush=calls_per_flush)
         grid.timing_only = timing_only
     elif timing_only:
         raise EmulatorError("setup", "timing_only is the timed mode's fast path")

@@ -324,6 +324,34 @@ $L_wait:
     assert "mbarrier.try_wait" in e.value.report
 
 
+def test_a_dirty_l2_owes_the_write_backs_measured_on_the_h200():
+    """The flush before timed calls leaves L2 dirty (clock.DirtyL2). Reading S bytes writes back
+    fraction x L2 x (1 - exp(-S / L2)), and the board's 15 calls per flush are each charged a fifteenth of
+    what 15 calls' reads write back; with the H200's constants that curve is the one measured on the H200
+    (tools/h200_dirty_l2.py: each read after a zero-fill flush against after a reading flush) within 1 us
+    at every size from 4 MB to 1 GB."""
+    import math
+
+    from emulator.clock import DirtyL2
+
+    capacity = H200.l2_bytes
+    owed = H200.l2_dirty_writeback_fraction * capacity
+    for calls in (1, 15):
+        dirty = DirtyL2(H200, calls)
+        read = written = 0
+        for size in (capacity // 4, capacity, 3 * capacity):
+            written += sum(dirty.evict(1 << 16) for _ in range((size - read) >> 16))
+            read = size
+            assert written == pytest.approx(owed / calls - dirty.owed, rel=1e-9)
+            assert written == pytest.approx(owed / calls * (1 - math.exp(-size * calls / capacity)), rel=0.01)
+    measured = json.loads((ROOT / "tools" / "data" / "h200_dirty_l2_2026-11-25.json").read_text())
+    for row in (r for r in measured["rows"] if r["op"] == "read"):
+        predicted = owed * (1 - math.exp(-row["bytes"] / capacity)) / H200.hbm_bytes_per_us
+        assert abs(row["dirty_us"] - row["clean_us"] - predicted) < 1.0, row
+    writes = [r["dirty_us"] - r["clean_us"] for r in measured["rows"] if r["op"] == "write"]
+    assert max(abs(w) for w in writes) < 1.0  # a store's victim costs nothing extra: the clock charges none
+
+
 def test_instruction_classes():
     from types import SimpleNamespace as I
 
@@ -372,6 +400,19 @@ def test_hbm_bandwidth_is_shared_across_sms():
     one, two = nvidia_timed((128, 128, 1024), 1, *fast), nvidia_timed((128, 256, 1024), 2, *fast)
     assert two["kernel_us"] == pytest.approx(one["kernel_us"], rel=0.1)
     assert two["l2_hits"] > 0
+
+
+@pytest.mark.long  # the quick suite's budget (issue 26): CI runs it under -m long
+def test_misses_into_the_flushed_l2_write_dirty_victims_back():
+    """With HBM the bottleneck (1/1000 of the B200's bandwidth), the dirty victims the kernel's misses evict
+    cost HBM time: the kernel takes longer than with a clean L2, and writes back the dirty share of what it
+    read (the flush's lines are barely depleted by this small read)."""
+    slow = ("--set", f"hbm_bytes_per_us={B200.hbm_bytes_per_us / 1000}")
+    dirty = nvidia_timed((128, 256, 1024), 2, *slow)
+    clean = nvidia_timed((128, 256, 1024), 2, *slow, "--set", "l2_dirty_writeback_fraction=0")
+    assert dirty["hbm_written_mb"] - clean["hbm_written_mb"] == pytest.approx(
+        B200.l2_dirty_writeback_fraction * dirty["hbm_read_mb"], rel=0.02)
+    assert dirty["kernel_us"] > 1.3 * clean["kernel_us"]
 
 
 @pytest.mark.long

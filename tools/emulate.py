@@ -100,6 +100,9 @@ def parse_args(argv=None):
                             "(verdict TIMED)")
         p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                        help="timed mode: change one constant of the machine description (a what-if run)")
+        p.add_argument("--flush-every", type=int, default=15, metavar="CALLS",
+                       help="timed mode: timed calls per L2 flush (the board's 15; FlashInfer's benchmark 1): "
+                            "the flush leaves L2 dirty")
         p.add_argument("--seed", type=int, default=0, help="adversarial order and (nvidia) data seed")
         p.add_argument("--ptx-filter", metavar="CMD", help="shell command the PTX text is piped through")
         p.add_argument("--step-budget", type=int, default=None, metavar="N", help="warp instructions before a HANG")
@@ -152,6 +155,8 @@ def parse_args(argv=None):
     p.add_argument("--timing-only", action="store_true", help="skip TMA data and MMA arithmetic (verdict TIMED)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="change one constant of the machine description (a what-if run)")
+    p.add_argument("--flush-every", type=int, default=15, metavar="CALLS",
+                   help="timed calls per L2 flush (the board's 15): the flush leaves L2 dirty")
     p.add_argument("--submission", type=Path, default=ROOT / "submission.py", metavar="FILE")
     args = parser.parse_args(argv)
     if args.command == "benchmarks":
@@ -570,7 +575,7 @@ def _timed(args) -> dict:
             machine = base.replace("--set " + " ".join(args.set), **values)
         except (ValueError, KeyError) as e:
             raise ValueError(f"--set {' '.join(args.set)}: NAME=VALUE with a constant of {base.name} ({e})") from None
-    options = {"machine": machine, "timing_only": args.timing_only}
+    options = {"machine": machine, "timing_only": args.timing_only, "calls_per_flush": args.flush_every}
     if args.timeline is None:
         return options
     from emulator.timeline import Timeline

@@ -70,6 +70,9 @@ B200 = Machine("B200", "sm_100a", {
                           "7.06-7.26 TB/s with 64 KiB in flight per SM [SA-repo] (3, 4)"),
     "hbm_write_bytes_per_us": C(7.22e6, "bytes/us", "E", "no isolated write figure (7): taken as the read "
                                 "rate, one HBM shared by reads and writes"),
+    "l2_dirty_writeback_fraction": C(0.60, "x l2_bytes", "E", "the H200's, measured (h200.py); with it a read of one "
+                                     "L2's size into a dirty L2 runs at 5.2 TB/s, within [PB]'s 5.05-5.33 TB/s total for "
+                                     "HBM reads after a zero-fill flush (4)"),
     "l2_bytes_per_us": C(21.6e6, "bytes/us", "M", "21.6-22.7 TB/s, data already in L2 [PB] (4)"),
     "tma_hbm_latency": C(1000, "cycles", "E", "derived: 148 SMs x 4 KiB in flight at 1.10-1.17 TB/s "
                          "[SA-repo] throughput table = 0.53 us per round trip (3)"),

@@ -53,6 +53,10 @@ H200 = Machine("H200", "sm_90a", {
     "commit_latency": C(52, "cycles", "E", "B200 figure"),
     "hbm_bytes_per_us": C(4.53e6, "bytes/us", "H", "TMA 1D bulk, 64 KiB in flight per SM: 4.53 TB/s"),
     "hbm_write_bytes_per_us": C(4.51e6, "bytes/us", "E", "taken as the streaming read rate (4.51 TB/s)"),
+    "l2_dirty_writeback_fraction": C(0.60, "x l2_bytes", "H", "tools/h200_dirty_l2.py 2026-11-25: a read of S bytes after "
+                                     "a zero-fill flush is 38 MB / hbm_bytes_per_us x (1 - exp(-S / l2_bytes)) slower than "
+                                     "after a reading flush (fit over 16 sizes, 4 MB to 1 GB, residual 0.49 us RMS); "
+                                     "38 MB = 0.60 of L2; writes: no difference"),
     "l2_bytes_per_us": C(7.25e6, "bytes/us", "H", "TMA throughput, L2-resident: 7.25 TB/s"),
     "tma_hbm_latency": C(855, "cycles", "H", "TMA HBM miss, 4 KiB: median 855 cycles"),
     "tma_l2_latency": C(367, "cycles", "H", "TMA L2 hit, 4 KiB: 367 cycles"),
