@@ -13,6 +13,7 @@ TOOLS = sorted(path.name for path in (ROOT / "tools").glob("*.py"))
 CUDA_TOOLS = {
     "bench_h200.py": ["--only", "4"],
     "check.py": [],
+    "h200_dirty_l2.py": ["--repeats", "1"],
     "h200_timing_cases.py": ["--out", os.devnull],
     "host_time.py": ["--rounds", "2"],
     "sm90_profile.py": ["tiles"],
