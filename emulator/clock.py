@@ -18,16 +18,16 @@
   one 1), and waits for it; ALU instructions issued while the SM's tensor pipe executes cost
   `alu_cost_factor_tensor_busy` times their cost (Hopper's wgmma reads and writes its accumulator in the
   register file; 1 on the B200, whose tcgen05 accumulates in tensor memory).
-- **Asynchronous units.** TMA loads: latency, then bytes over bandwidth: a miss through one HBM server
-  shared by the whole chip and then, as a hit, through the L2 server (L2's ports to the SMs); a hit (a box
-  read since the call began by any SM, while it stays within the L2 capacity) through the L2 server only;
-  a box still on its way from HBM is a hit that waits for it. A miss also writes back its dirty victims
-  through HBM: the L2 flush before the timed calls left L2 dirty (`DirtyL2`). TMA stores
-  and `st.global` bytes go through the same HBM server; the grid ends when they have drained. The tensor
-  pipe is one in-order queue per issuing SM (a `cta_group::2` pair's even SM): an MMA starts when issued and
-  the pipe is free, occupies it for its initiation interval and completes a latency after its start
-  (per N and cta_group); `tcgen05.cp` likewise, for the shared-memory bytes it reads; a commit arrives `commit_latency` after everything issued
-  before it has completed.
+- **Asynchronous units.** TMA loads: latency (a miss's grows with HBM's load: `loaded_latency`), then bytes
+  over bandwidth: a miss through one HBM server shared by the whole chip and then, as a hit, through the L2
+  server (L2's ports to the SMs); a hit (a box read since the call began by any SM, while it stays within the
+  L2 capacity) through the L2 server only; a box still on its way from HBM is a hit that waits for it. A miss
+  also writes back its dirty victims through HBM: the L2 flush before the timed calls left L2 dirty
+  (`DirtyL2`). TMA stores and `st.global` bytes go through the same HBM server; the grid ends when they have
+  drained. The tensor pipe is one in-order queue per issuing SM (a `cta_group::2` pair's even SM): an MMA
+  starts when issued and the pipe is free, occupies it for its initiation interval and completes a latency
+  after its start (per N and cta_group); `tcgen05.cp` likewise, for the shared-memory bytes it reads; a commit
+  arrives `commit_latency` after everything issued before it has completed.
 - **Placement.** Clusters go to SMs as a launch places them: CTAs per SM from shared memory and threads, a
   cluster on consecutive SMs (a pair on a TPC), dispatched `cta_dispatch_us` apart; a cluster that does not
   fit waits for its SMs to free.
@@ -40,7 +40,7 @@ figure means.
 from __future__ import annotations
 
 import heapq
-from collections import OrderedDict
+from collections import OrderedDict, deque
 
 import numpy as np
 
@@ -181,17 +181,36 @@ def global_store_bytes(instr) -> int:
 
 class Server:
     """A bandwidth shared by every requester (HBM, L2): requests are served in arrival order at `rate`
-    bytes per cycle. Returns the time a request's last byte is through."""
+    bytes per cycle. Returns the time a request's last byte is through. `load(now)`: the share of the rate
+    the requests of the last `window` cycles asked for (at most 1)."""
 
-    def __init__(self, rate: float):
+    def __init__(self, rate: float, window: float = 1.0):
         self.rate = rate
         self.free = 0.0
         self.bytes = 0
+        self.window = window
+        self.recent: deque = deque()  # (time, bytes) of the requests of the last window
+        self.recent_bytes = 0
 
     def serve(self, now: float, nbytes: int) -> float:
         self.free = max(self.free, now) + nbytes / self.rate
         self.bytes += nbytes
+        self.recent.append((now, nbytes))
+        self.recent_bytes += nbytes
         return self.free
+
+    def load(self, now: float) -> float:
+        while self.recent and self.recent[0][0] < now - self.window:
+            self.recent_bytes -= self.recent.popleft()[1]
+        return min(1.0, self.recent_bytes / (self.rate * self.window))
+
+
+def loaded_latency(machine, load: float) -> float:
+    """A TMA miss's latency while HBM serves `load` of its rate: `tma_hbm_latency` x (1 + factor x load^2).
+    A fixed latency and a first-come server deliver up to 30% more than both machines' measured streams
+    between 8 and 32 KiB in flight per SM (BENCHMARKS.md, "HBM latency under load"): the latency grows
+    before the bandwidth saturates."""
+    return machine.tma_hbm_latency * (1.0 + machine.hbm_latency_load_factor * load * load)
 
 
 class L2:
@@ -293,7 +312,8 @@ class Clock:
         self.event_time = 0.0  # the time of the event being delivered
         self.waiters: dict = {}  # id(key) -> {warp: None}, the warps parked on key (an ordered set)
         self.blocked: set = set()
-        self.hbm = Server(machine.hbm_bytes_per_us / machine.cycles(1.0))
+        # HBM's load is measured over one unloaded round trip (loaded_latency)
+        self.hbm = Server(machine.hbm_bytes_per_us / machine.cycles(1.0), window=machine.tma_hbm_latency)
         self.l2_server = Server(machine.l2_bytes_per_us / machine.cycles(1.0))
         self.l2 = L2(int(machine.l2_bytes))
         self.dirty = DirtyL2(machine, calls_per_flush)
@@ -564,10 +584,11 @@ class Clock:
         # a miss's bytes come from HBM (after its dirty victims leave) and then, as a hit's do, through L2's
         # ports to the SM
         writeback = self.dirty.evict(op.bytes)
+        latency = loaded_latency(m, self.hbm.load(now))
         through = max(self.hbm.serve(now, op.bytes + writeback), self.l2_server.serve(now, op.bytes))
         self.hbm_read += op.bytes
         self.hbm_written += writeback
-        done = max(now + m.tma_hbm_latency, through)
+        done = max(now + latency, through)
         self.l2.insert(op.key, done, op.bytes)
         return done
 

@@ -76,6 +76,9 @@ B200 = Machine("B200", "sm_100a", {
     "l2_bytes_per_us": C(21.6e6, "bytes/us", "M", "21.6-22.7 TB/s, data already in L2 [PB] (4)"),
     "tma_hbm_latency": C(1000, "cycles", "E", "derived: 148 SMs x 4 KiB in flight at 1.10-1.17 TB/s "
                          "[SA-repo] throughput table = 0.53 us per round trip (3)"),
+    "hbm_latency_load_factor": C(1.0, "x load^2", "M", "a TMA miss's latency x (1 + f load^2): f fitted to [SA-repo]'s "
+                                 "TMA throughput at 4-64 KiB in flight per SM (1.13/2.0/3.6/5.65/7.14 TB/s; the rule "
+                                 "gives -2/+4/0/-1/+1%, a fixed latency 0/+13/+25/+28/+1%) (3)"),
     "tma_l2_latency": C(340, "cycles", "E", "H200 TMA L2 hit 316-367 cycles for <= 4 KiB (Table 2); B200 "
                         "L2 hit 295 cycles [MD]"),
     "tma_store_latency": C(500, "cycles", "E", "no figure: about half an HBM read round trip"),
