@@ -181,10 +181,11 @@ def global_store_bytes(instr) -> int:
 
 class Server:
     """A bandwidth shared by every requester (HBM, L2): requests are served in arrival order at `rate`
-    bytes per cycle. Returns the time a request's last byte is through. `load(now)`: the share of the rate
-    the requests of the last `window` cycles asked for (at most 1)."""
+    bytes per cycle. Returns the time a request's last byte is through. With a `window`, `load(now)`: the
+    share of the rate the requests of the last `window` cycles asked for (at most 1); without one, nothing
+    is kept for it."""
 
-    def __init__(self, rate: float, window: float = 1.0):
+    def __init__(self, rate: float, window: float | None = None):
         self.rate = rate
         self.free = 0.0
         self.bytes = 0
@@ -195,8 +196,9 @@ class Server:
     def serve(self, now: float, nbytes: int) -> float:
         self.free = max(self.free, now) + nbytes / self.rate
         self.bytes += nbytes
-        self.recent.append((now, nbytes))
-        self.recent_bytes += nbytes
+        if self.window is not None:
+            self.recent.append((now, nbytes))
+            self.recent_bytes += nbytes
         return self.free
 
     def load(self, now: float) -> float:

@@ -3,8 +3,8 @@
 L2 full of dirty lines, and each line its misses allocate first writes a dirty victim back to HBM.
 
 For sizes S from 4 MB to 1 GB this times a read-only kernel (`x.sum()` over fp32) and a write-only one
-(`x.zero_()`), CUDA events, median of `--repeats`, after each of two flushes of a 1 GiB buffer: "clean" reads it (L2 left full of clean lines),
-"dirty" zero-fills it (L2 left full of dirty lines). The difference is the write-backs' cost: it should grow
+(`x.zero_()`), CUDA events, median of `--repeats`, after each of two flushes of a 1 GiB buffer: "clean"
+reads it (L2 left full of clean lines), "dirty" zero-fills it (L2 left full of dirty lines). The difference is the write-backs' cost: it should grow
 with S while the read still evicts the flush's lines and stop growing once S passes what L2 held dirty.
 Prints a table and, with --json, keeps the rows (tools/data/).
 
