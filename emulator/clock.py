@@ -75,6 +75,9 @@ def cost_class(instr) -> str:
         return "cost_mbarrier"
     if op.startswith(("bar.", "barrier.sync", "barrier.arrive")):
         return "cost_named_barrier"
+    if op.startswith("barrier.cluster.arrive"):
+        # an arrive only signals (as an mbarrier arrive); the wait carries the measured arrive + wait pair
+        return "cost_mbarrier"
     if op.startswith("barrier.cluster"):
         return "cost_cluster_barrier"
     if op.startswith("cp.async.bulk"):

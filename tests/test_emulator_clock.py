@@ -42,15 +42,15 @@ def test_every_constant_names_its_source_and_tag():
     assert "clock_ghz" in B200.by_tag("E")  # the B200's clock under load is not known: an estimate
 
 
-def timed_cycles(body: str, out: np.ndarray, arg: int = 0, machine=B200, threads: int = 32) -> float:
-    """One CTA of `threads` runs `body` under the clock of `machine`: its span in cycles."""
+def timed_cycles(body: str, out: np.ndarray, arg: int = 0, machine=B200, threads: int = 32, cluster: int = 1) -> float:
+    """One cluster of `cluster` CTAs of `threads` runs `body` under the clock of `machine`: its span in cycles."""
     from emulator.launch import execute
     from emulator.memory import GlobalMemory
     from test_emulator_core import HEADER
 
     memory = GlobalMemory()
     memory.register(out.ctypes.data, out.nbytes, "out")
-    launch = SimpleNamespace(kernel_name="k", grid=(1, 1, 1), block=(threads, 1, 1), cluster=(1, 1, 1),
+    launch = SimpleNamespace(kernel_name="k", grid=(cluster, 1, 1), block=(threads, 1, 1), cluster=(cluster, 1, 1),
                              shared_bytes=1024, attributes={},
                              params=(struct.pack("<Q", out.ctypes.data), struct.pack("<I", arg)))
     stats = execute(launch, HEADER.format(threads=threads) + body + "\n}\n", memory, mode="timed",
@@ -310,6 +310,18 @@ def test_a_chain_through_an_mbarrier_costs_the_producer_and_the_wake_latency():
     assert cycles(short) > 10 * 3 * B200.cost_alu + B200.wake_latency
 
 
+def test_a_cluster_sync_costs_the_measured_arrive_and_wait_pair_once():
+    """Both CTAs of a cluster loop over barrier.cluster.arrive + wait (cute's cluster sync). The H200's 323
+    cycles were measured per arrive + wait pair: each extra sync costs the pair once (the wait) plus the
+    arrive's issue slot, not the pair twice (the clock charged both halves before)."""
+    sync_loop = LOOP.replace("$L_loop:\n", "$L_loop:\n\tbarrier.cluster.arrive.relaxed;\n\tbarrier.cluster.wait;\n")
+    out = np.zeros(32, np.int32)
+    with_syncs = timed_cycles(sync_loop, out, 30, cluster=2) - timed_cycles(sync_loop, out, 10, cluster=2)
+    assert (out == 10).all()
+    per_sync = (with_syncs - (timed_cycles(LOOP, out, 30) - timed_cycles(LOOP, out, 10))) / 20
+    assert per_sync == pytest.approx(B200.cost_cluster_barrier + B200.cost_mbarrier)
+
+
 def test_a_hang_is_still_reported_in_timed_mode():
     """Planted defect: a consumer waits on an mbarrier nobody arrives at. The try_wait time limit wakes it,
     it spins, and the clock reports the hang instead of looping."""
@@ -391,6 +403,8 @@ def test_instruction_classes():
     assert cost_class(I(opcode="st.global.v2.b32")) == "cost_global_store"
     assert cost_class(I(opcode="tcgen05.mma.cta_group::2.kind::mxf4nvf4")) == "cost_mma_issue"
     assert cost_class(I(opcode="add.s32")) == "cost_alu"
+    assert cost_class(I(opcode="barrier.cluster.arrive.relaxed.aligned")) == "cost_mbarrier"
+    assert cost_class(I(opcode="barrier.cluster.wait.aligned")) == "cost_cluster_barrier"
 
 
 # --------------------------------------------------------------------------------------------------

@@ -24,7 +24,8 @@ B200 = Machine("B200", "sm_100a", {
     "cost_mbarrier": C(2, "cycles", "E", "issue of an mbarrier operation (a shared-memory atomic: the warp goes on; what it returns lands latency_mbarrier later)"),
     "latency_mbarrier": C(32, "cycles", "E", "H200: 64 cycles per dependent arrive + try_wait pair in one thread"),
     "cost_named_barrier": C(21, "cycles", "E", "H200 bar.sync of 128 threads: 20.7 cycles (Table 2)"),
-    "cost_cluster_barrier": C(323, "cycles", "E", "H200 barrier.cluster arrive + wait: 323 cycles (Table 2)"),
+    "cost_cluster_barrier": C(323, "cycles", "E", "H200 barrier.cluster arrive + wait: 323 cycles (Table 2), "
+                              "charged on the wait (the arrive issues as an mbarrier arrive)"),
     "cost_tma_issue": C(12, "cycles", "E", "taken equal to the MMA issue cost; not measured"),
     "cost_mma_issue": C(12, "cycles", "M", "~11-12 cycles per tcgen05.mma in the issuing thread [SA-repo] (2)"),
     "cost_tcgen05_cp_issue": C(12, "cycles", "E", "taken equal to the MMA issue cost"),

@@ -19,7 +19,8 @@ H200 = Machine("H200", "sm_90a", {
     "cost_mbarrier": C(2, "cycles", "E", "issue of an mbarrier operation (a shared-memory atomic: the warp goes on; what it returns lands latency_mbarrier later)"),
     "latency_mbarrier": C(32, "cycles", "H", "64 cycles per dependent arrive + try_wait pair in one thread"),
     "cost_named_barrier": C(21, "cycles", "H", "bar.sync, 128 threads: 20.7 cycles"),
-    "cost_cluster_barrier": C(323, "cycles", "H", "barrier.cluster arrive + wait"),
+    "cost_cluster_barrier": C(323, "cycles", "H", "barrier.cluster arrive + wait, charged on the wait (the "
+                              "arrive issues as an mbarrier arrive)"),
     "cost_tma_issue": C(12, "cycles", "E", "not measured"),
     "cost_mma_issue": C(12, "cycles", "E", "B200 tcgen05.mma issue cost as a proxy for wgmma"),
     "cost_tcgen05_cp_issue": C(12, "cycles", "E", "no tcgen05 on sm_90a; kept for one cost table"),
