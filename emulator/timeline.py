@@ -4,7 +4,9 @@ of Nsight Systems' or Perfetto's track view (STYLE.md section 5).
 The clock (clock.py) reports to a `Timeline` what each warp did over time (issuing, or waiting on which
 barrier) and what each CTA's asynchronous units had in flight (TMA loads, the tensor pipe's operations);
 only the CTAs chosen (`workers`: indices into the grid's CTA list) are kept. `draw(path)` writes a PNG
-(matplotlib, imported only then).
+(matplotlib, imported only then). Of every CTA it keeps four landmarks, from which `phases()` says where a
+worker's time goes: start-up (CTA start to its first TMA load), first load (to its first tensor-pipe
+operation), mainloop (to its last one's end) and tail (to the CTA's last instruction: the last epilogue).
 """
 
 from __future__ import annotations
@@ -18,13 +20,23 @@ class Timeline:
         self.ctas: dict = {}  # cta -> its index in the grid
         self.rows: dict = defaultdict(list)  # (cta index, row name) -> [(start, end, state)]
         self.machine = None
+        # every CTA: [start, first TMA load issued, first tensor-pipe op's start, last one's end, last issue's end]
+        self.landmarks: dict = {}
 
     def _index(self, cta):
+        """The CTA's index if it is drawn, else None."""
         index = self.ctas.get(cta)
         if index is None:
             index = self.ctas[cta] = cta.grid.ctas.index(cta)
             self.machine = cta.grid.clock.machine
+            self.landmarks[index] = [None, None, None, None, None]
         return index if index in self.workers else None
+
+    def _mark(self, cta, slot: int, time: float, latest: bool = False) -> None:
+        self._index(cta)
+        marks = self.landmarks[self.ctas[cta]]
+        if marks[slot] is None or (time > marks[slot] if latest else time < marks[slot]):
+            marks[slot] = time
 
     def _add(self, key, start: float, end: float, state: str) -> None:
         intervals = self.rows[key]
@@ -38,6 +50,8 @@ class Timeline:
 
     # ---------------------------------------------------------------- reports from the clock
     def issue(self, warp, start: float, end: float) -> None:
+        self._mark(warp.cta, 0, start)
+        self._mark(warp.cta, 4, end, latest=True)
         index = self._index(warp.cta)
         if index is not None and end > start:
             self._add((index, self._warp_row(warp)), start, end, "issuing")
@@ -57,14 +71,37 @@ class Timeline:
     def unit(self, op, start: float, end: float) -> None:
         if op.cta is None:
             return
+        if op.unit == "tma.load":
+            self._mark(op.cta, 1, start)
         index = self._index(op.cta)
         if index is not None:
             self.rows[(index, op.unit.split(".")[0] + " in flight")].append((start, end, op.unit))
 
     def tensor(self, cta, unit: str, start: float, end: float) -> None:
+        self._mark(cta, 2, start)
+        self._mark(cta, 3, end, latest=True)
         index = self._index(cta)
         if index is not None:
             self.rows[(index, "tensor pipe")].append((start, end, unit))
+
+    # ---------------------------------------------------------------- where the time goes
+    def phases(self) -> dict:
+        """Over the CTAs that ran tensor-pipe operations (a cta_group::2 pair's leader), the median and
+        the largest of each phase in us: start-up, first load, mainloop, tail (module docstring); their
+        sum is the CTA's span. `ctas`: how many did, of how many launched."""
+        us = self.machine.us if self.machine is not None else (lambda c: c)
+        spans = {"start-up": [], "first load": [], "mainloop": [], "tail": []}
+        for start, load, first, last, end in self.landmarks.values():
+            if first is None or load is None:
+                continue
+            for name, (a, b) in zip(spans, ((start, load), (load, first), (first, last), (last, end))):
+                spans[name].append(us(max(b, a)) - us(a))
+        out = {"ctas": f"{len(spans['tail'])} of {len(self.landmarks)}"}
+        for name, values in spans.items():
+            if values:
+                values.sort()
+                out[name] = (round(values[len(values) // 2], 3), round(values[-1], 3))
+        return out
 
     # ---------------------------------------------------------------- picture
     def draw(self, path, title: str = "") -> None:

@@ -424,6 +424,27 @@ def nvidia_timed(mnk, clusters, *extra):
     return json.loads(next(line for line in lines if line.startswith("timing: "))[len("timing: "):])
 
 
+def test_the_timeline_says_where_each_workers_time_goes(tmp_path):
+    """--timeline draws the picture and prints the phases of every CTA that ran MMAs: start-up, first load,
+    mainloop, tail. They follow one another, so on a grid whose CTAs run alike (one tile each, all at once)
+    their medians add up to the kernel's span, and each is a real part of it."""
+    picture = tmp_path / "timeline.png"
+    done = subprocess.run([sys.executable, "tools/emulate.py", "nvidia", "--time", "--mnk", "256,256,1024",
+                           "--clusters", "2", "--timeline", str(picture)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    lines = done.stdout.strip().splitlines()
+    assert done.returncode == 0 and lines[-1].startswith("PASS"), done.stdout[-3000:] + done.stderr[-3000:]
+    assert picture.stat().st_size > 10_000
+    timing = json.loads(next(line for line in lines if line.startswith("timing: "))[len("timing: "):])
+    phases = next(line for line in lines if line.startswith("phases "))
+    assert "2 of 2 CTAs" in phases
+    medians = {name: float(mid) for name, mid in
+               (part.rsplit(" ", 3)[0:2] for part in phases.split("): ", 1)[1].split(", "))}
+    assert list(medians) == ["start-up", "first load", "mainloop", "tail"]
+    assert all(value > 0.05 for value in medians.values()), medians
+    assert sum(medians.values()) == pytest.approx(timing["kernel_us"], abs=0.02)
+
+
 @pytest.mark.long  # the quick suite's budget (issue 26): CI runs it under -m long
 def test_twice_the_k_takes_longer():
     short = nvidia_timed((128, 128, 512), 1)

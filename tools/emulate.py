@@ -15,7 +15,8 @@
 
 `--time` (or `--mode timed`) runs the timed mode (emulator/clock.py, with emulator/machines/'s description
 of the GPU): the verdict line adds `simulated X.XX us`, one call's board time (DESIGN.md, "Timed mode");
-`--timeline FILE.png` also draws the first two CTAs' warps over time; `--timing-only` skips TMA data and MMA
+`--timeline FILE.png` also draws the first two CTAs' warps over time and prints every worker's phases
+(start-up, first load, mainloop, tail); `--timing-only` skips TMA data and MMA
 arithmetic (the same times; outputs neither computed nor checked: verdict TIMED). `benchmarks` runs task.yml's four
 benchmarks timed, at the B200's worker count, each checked against the reference, and prints a geomean
 row last; `--kernel flashinfer` times FlashInfer's masked kernel on the same shapes (its padded layout:
@@ -590,6 +591,9 @@ def _draw_timeline(args, word: str) -> None:
         title = " ".join(a for a in sys.argv[1:] if not a.startswith("--timeline")) + f": {word}"
         recorded.draw(args.timeline, title=title)
         print(f"timeline: {args.timeline}", flush=True)
+        phases = recorded.phases()
+        print("phases (us, median / largest over the CTAs that ran MMAs, " + phases.pop("ctas") + " CTAs): "
+              + ", ".join(f"{name} {mid:.2f} / {top:.2f}" for name, (mid, top) in phases.items()), flush=True)
 
 
 # nvidia-cutlass-dsl 4.5.2 deprecates a pointer form that submission.py keeps because 4.3.5, the board's
