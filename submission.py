@@ -35,15 +35,19 @@ descriptors, ~21 KB of the 32 KB parameter space (MAX_GROUPS). Nothing in the ke
 descriptor (no tensormap.replace, no fences). The TMA coordinates come from group 0's coordinate
 tensors for every group: they are tile indices, and the group's descriptor carries its bounds.
 
-Schedule (shared with Hopper: build_tile_schedule, jobs="hybrid"). On the host, per shape
-signature: each group is cut into weight blocks of the worker's rows and token tiles of up to 128
-tokens (starting at multiples of 128, one block of the scale layout). Where there are at least as
-many weight blocks as workers (benchmarks 1 and 2: 128 and 224 blocks for 74 pairs), a block's
-token tiles are one job, run back to back by one worker, so its weights come from DRAM once and
-its later token tiles find them in L2. Otherwise the costliest blocks are split into single tiles
-until every worker has a job (benchmarks 3 and 4: 24 and 32 blocks, split into 60 and 64 tiles
-for 74 pairs); the tiles of a split block run at the same time on several pairs and share its
-weights in L2. Jobs are spread over the co-resident workers (the driver's occupancy answer for
+Schedule (shared with Hopper: build_tile_schedule, jobs="tiles", as the Hopper path ships). On the
+host, per shape signature: each group is cut into weight blocks of the worker's rows and token
+tiles of up to 128 tokens (starting at multiples of 128, one block of the scale layout). Every
+tile is its own job (benchmarks 1 to 4: 176, 364, 60 and 64 tiles for 74 pairs); the tiles of a
+block run on several pairs at about the same time (each worker walks its tiles by group and
+weight block) and share its weights in L2: the first reader's DRAM read, the others' L2 hits.
+The timed emulator ranks this above running a block's tiles back to back on one worker (the
+"hybrid" policy, shipped until 8d98242) on benchmarks 1 and 2 by 3% and 7%, and above or equal to
+it under every change of the B200 description tried (BENCHMARKS.md, "Where the time goes"): the
+back-to-back worker's later tiles leave DRAM idle while the tensor pipe works from L2, and the
+HBM-bound first tiles of all pairs run in step. On the H200 the Hopper kernel times the same with
+either policy (board protocol, 2026-11-25: 111.1 / 59.1-59.4 / 30.3-30.5 / 16.3 us): it is
+tensor-bound there, so the hardware shows the shared schedule code neutral, not the gain. Jobs are spread over the co-resident workers (the driver's occupancy answer for
 the cluster size, as NVIDIA's examples size their grids) longest-processing-time first by the
 modeled mainloop time (B200Model), then improved by moves and swaps. Each worker walks its
 records (group, n0, t0, variant, m_end, n, k, sole_reader_ends) in order; tests/test_schedule.py
@@ -90,7 +94,7 @@ second CTA stores nothing when its rows are past N. No smem staging keeps an eig
 gau-nernst's fastest entry stores straight from registers too.
 
 Per-problem configuration: the token width per tile (the smaller of 64 / 128 that covers its
-tokens), 8 stages (all that fit), the hybrid schedule, no split-K (not built). The analytic model
+tokens), 8 stages (all that fit), every tile its own job, no split-K (not built). The analytic model
 of tools/b200_model.py evaluates exactly the records sm100_schedule builds for a configuration,
 with the constants of B200Model (public B200 figures plus five constants fitted to published B200
 times); leaving one published design out of the fit misses its times by 18% RMS (worst 36%).
@@ -99,13 +103,12 @@ It resolves structural effects (busy workers, stage counts, weight re-reads: 1.3
 10-20% differences. Decisions that rest on less than its error: the token widths (64/128 against
 128 alone: no modeled difference on the benchmarks), cta_group 2 against 1 (+6% for 1 CTA), the
 start-up levers (PDL, prefetch: the model has one fitted start-up constant and cannot split it),
-the L2 hints and multicast (it has no L2 term), and the hybrid schedule against single tiles
-everywhere (jobs="tiles": the same modeled time, since the model assumes tiles of one block that
-run at once read it from DRAM once; weight-block jobs read it once by construction, which is why
-the hybrid keeps them where they fill the pairs). Against weight-block jobs everywhere the hybrid
-rests on more: it keeps 60 and 64 of 74 pairs busy on benchmarks 3 and 4 instead of 24 and 32
-(16.1 / 9.2 -> 8.7 / 6.8 us), and the same flip on the Hopper kernel, measured on the H200, made
-those benchmarks 2.1x slower (BENCHMARKS.md).
+the L2 hints and multicast (it has no L2 term), and single tiles against the hybrid (the same
+modeled time, since the model assumes tiles of one block that run at once read it from DRAM once:
+the timed emulator, above, decides it). Against weight-block jobs everywhere, the choice rests on
+more: the schedule keeps 60 and 64 of 74 pairs busy on benchmarks 3 and 4 instead of 24 and 32 (16.1 / 9.2
+-> 8.7 / 6.8 us), and the same flip on the Hopper kernel, measured on the H200, made those
+benchmarks 2.1x slower (BENCHMARKS.md).
 Unrolling the first pipeline stages is not a switch: a fresh empty barrier lets the producer
 through at once, so the first stages already issue back to back.
 
@@ -151,7 +154,7 @@ Departures from NVIDIA's dense_blockscaled_gemm_persistent.py (cutlass v4.3.5), 
   prefetch        on       on      prefetches its atoms'            prefetch.tensormap by address
                                    descriptors at its start         (selp) before the dependency
                                                                     wait
-  jobs            hybrid   hybrid  a linear static tile scheduler   none on B200 alone: the same
+  jobs            tiles    hybrid  a linear static tile scheduler   none on B200 alone: the same
                                                                     table walk runs on Hopper
 Departures no switch removes (SM100_SAFE keeps them): one launch for all groups with one TMA
 atom per group and operand; a tile's trip count and token range from the host's table; the
@@ -945,7 +948,7 @@ class Sm100Config:
     dense_blockscaled_gemm_persistent.py (cutlass v4.3.5) on or off, so that a first run that fails
     can be bisected down to the example's form (SM100_SAFE); the design note's table gives each
     field's risk (prefetch is on in both named configurations, as in the example; jobs is the host
-    schedule's, the same in both). The defaults are SM100_SHIPPED."""
+    schedule's: SM100_SAFE keeps the hybrid it was tested with). The defaults are SM100_SHIPPED."""
 
     # 2: tcgen05.mma.cta_group::2, 256 weight rows per SM pair (half each), clusters of 2, the
     # pair's TMA completing on the leader's barrier; 1: 128 rows per SM, no pairing.
@@ -973,7 +976,7 @@ class Sm100Config:
     # NVIDIA's example prefetches its descriptors too, so SM100_SAFE keeps it on.
     prefetch: bool = True
     # The schedule's jobs (JOB_POLICIES); host-side, the same walk as the Hopper path.
-    jobs: str = "hybrid"
+    jobs: str = "tiles"
 
     def __post_init__(self):
         if self.cta_group not in (1, 2):
@@ -1061,7 +1064,7 @@ def _config_value(value) -> str:
 SM100_SHIPPED = Sm100Config()
 SM100_SAFE = Sm100Config(
     cta_group=1, token_variants=(128,), multicast=False, pdl=False, l2_hints=False, epilogue="atoms",
-    descriptors="branch",
+    descriptors="branch", jobs="hybrid",
 )
 
 

@@ -401,8 +401,8 @@ def test_bad_input_is_one_line():
 
 
 def test_design_note_figures_are_the_models():
-    """Every other modeled figure the design note states, recomputed: the hybrid against weight-block
-    jobs on benchmarks 3 and 4, its busy pairs, the 1-CTA fallback's cost, the held-out error."""
+    """Every other modeled figure the design note states, recomputed: single tiles against weight-block
+    jobs on benchmarks 3 and 4, their busy pairs, the 1-CTA fallback's cost, the held-out error."""
     note = " ".join(submission.__doc__.split())
     blocks = replace(SHIPPED, jobs="weight_blocks")
     shipped = [model.predict_config(SHIPPED, BENCHES[i].sizes) for i in (2, 3)]

@@ -164,11 +164,14 @@ def test_b200_sole_reader_ends(name, config):
             assert jobs - max((len(blocks[b]) - 1 for b in whole), default=0) < workers or not (whole & multi)
 
 
-def test_b200_hybrid_fills_the_pairs_on_benchmarks_3_and_4():
-    """Weight-block jobs leave 24 and 32 of 74 pairs busy there; the hybrid splits blocks into tiles."""
+def test_b200_tile_jobs_fill_the_pairs_on_benchmarks_3_and_4():
+    """Weight-block jobs leave 24 and 32 of 74 pairs busy there; the shipped single tiles and the hybrid
+    (which splits blocks into tiles there) keep 60 and 64 busy."""
     for name, busy in (("benchmarks2", 60), ("benchmarks3", 64)):
-        records, offsets = submission.sm100_schedule(SHAPES[name], 74, submission.SM100_SHIPPED)
-        assert sum(1 for begin, end in offsets if end > begin) == busy
+        for jobs in ("tiles", "hybrid"):
+            config = dataclasses.replace(submission.SM100_SHIPPED, jobs=jobs)
+            records, offsets = submission.sm100_schedule(SHAPES[name], 74, config)
+            assert sum(1 for begin, end in offsets if end > begin) == busy
         flipped = dataclasses.replace(submission.SM100_SHIPPED, jobs="weight_blocks")
         records, offsets = submission.sm100_schedule(SHAPES[name], 74, flipped)
         assert len(offsets) == {"benchmarks2": 24, "benchmarks3": 32}[name]

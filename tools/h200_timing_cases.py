@@ -1,13 +1,15 @@
 """On an H200: the Hopper kernel's board-protocol means on the cases the timed emulator is validated on
 (issue 24, item 5), in one command, as JSON for `tools/validate_timing.py`.
 
-    python tools/h200_timing_cases.py --out FILE.json
+    python tools/h200_timing_cases.py --out FILE.json [--plan SCHEDULE:CASES ..]
 
 Cases: task.yml's four benchmarks with the shipped schedule, benchmarks 3 and 4 with the schedule flipped
 to weight-block jobs (`jobs=weight_blocks`), and every line of tools/timing_cases.txt (shapes outside
 task.yml: G 1 to 16, M 1 to 1000, N and K 1024 to 7168). Each schedule runs in its own process, which
 replaces sm90_kernel.SCHEDULE before the first call (no file is edited). Each case is timed as eval.py
 benchmark times it (15 inputs, L2 flushed before each timed repeat, CUDA events, mean and median).
+`--plan SCHEDULE:CASES` (repeatable) runs those instead: SCHEDULE "shipped" or a job policy, CASES "task",
+"task:1,2" or "extra" (e.g. `--plan shipped:task:1,2 --plan hybrid:task:1,2`: one flip side by side).
 """
 
 import argparse
@@ -64,8 +66,18 @@ def measure(schedule: str, which: str) -> list:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="JSON file of the rows")
+    parser.add_argument("--plan", action="append", metavar="SCHEDULE:CASES",
+                        help="schedule (shipped or a job policy) and cases (task, task:1,2, extra); repeatable")
     parser.add_argument("--child", nargs=2, metavar=("SCHEDULE", "CASES"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    plan = PLAN if not args.plan else tuple(("", *item.split(":", 1)) for item in args.plan)
+    if args.plan:
+        from submission import JOB_POLICIES
+
+        for entry in plan:
+            schedule, which = entry[1], entry[2] if len(entry) == 3 else ""
+            if schedule != "shipped" and schedule not in JOB_POLICIES or which.split(":")[0] not in ("task", "extra"):
+                parser.error(f"--plan {schedule}:{which}: SCHEDULE is shipped or one of {JOB_POLICIES}, CASES task[:N,..] or extra")
     if args.child:
         rows = measure(*args.child)
         args.out.write_text(json.dumps(rows))
@@ -76,7 +88,7 @@ def main() -> int:
         print("h200_timing_cases.py needs a CUDA GPU (the Hopper kernel is timed on hardware)", file=sys.stderr)
         return 3
     rows = []
-    for _, schedule, which in PLAN:
+    for _, schedule, which in plan:
         part = args.out.with_suffix(f".{schedule}.{which.replace(':', '').replace(',', '')}.json")
         done = subprocess.run([sys.executable, __file__, "--out", str(part), "--child", schedule, which])
         if done.returncode != 0:
