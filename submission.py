@@ -35,23 +35,25 @@ descriptors, ~21 KB of the 32 KB parameter space (MAX_GROUPS). Nothing in the ke
 descriptor (no tensormap.replace, no fences). The TMA coordinates come from group 0's coordinate
 tensors for every group: they are tile indices, and the group's descriptor carries its bounds.
 
-Schedule (shared with Hopper: build_tile_schedule, jobs="tiles", as the Hopper path ships). On the
-host, per shape signature: each group is cut into weight blocks of the worker's rows and token
-tiles of up to 128 tokens (starting at multiples of 128, one block of the scale layout). Every
-tile is its own job (benchmarks 1 to 4: 176, 364, 60 and 64 tiles for 74 pairs); the tiles of a
-block run on several pairs at about the same time (each worker walks its tiles by group and
-weight block) and share its weights in L2: the first reader's DRAM read, the others' L2 hits.
-The timed emulator ranks this above running a block's tiles back to back on one worker (the
-"hybrid" policy, shipped until 8d98242) on benchmarks 1 and 2 by 3% and 7%, and above or equal to
-it under every change of the B200 description tried (BENCHMARKS.md, "Where the time goes"): the
+Schedule (shared with Hopper: build_tile_schedule, jobs="tiles", as the Hopper path ships). On
+the host, per shape signature: each group is cut into weight blocks of the worker's rows and
+token tiles of up to 128 tokens (starting at multiples of 128, one block of the scale layout).
+Every tile is its own job (benchmarks 1 to 4: 176, 364, 60 and 64 tiles for 74 pairs); the tiles
+of a block run on several pairs at about the same time (each worker walks its tiles by group and
+weight block) and share its weights in L2: the first reader's DRAM read, the others' L2 hits. The
+timed emulator ranks this above running a block's tiles back to back on one worker (the "hybrid"
+policy, shipped until 8d98242) on benchmarks 1 and 2 by 3% and 7%, and above or equal to it under
+every change of the B200 description tried (BENCHMARKS.md, "Where the time goes"): the
 back-to-back worker's later tiles leave DRAM idle while the tensor pipe works from L2, and the
-HBM-bound first tiles of all pairs run in step. On the H200 the Hopper kernel times the same with
-either policy (board protocol, 2026-11-25: 111.1 / 59.1-59.4 / 30.3-30.5 / 16.3 us): it is
-tensor-bound there, so the hardware shows the shared schedule code neutral, not the gain. Jobs are spread over the co-resident workers (the driver's occupancy answer for
-the cluster size, as NVIDIA's examples size their grids) longest-processing-time first by the
-modeled mainloop time (B200Model), then improved by moves and swaps. Each worker walks its
-records (group, n0, t0, variant, m_end, n, k, sole_reader_ends) in order; tests/test_schedule.py
-walks the table in Python as the kernel does and checks every output element is written once.
+HBM-bound first tiles of all pairs run in step. No hardware tests that gain: the Hopper kernel's
+token tiles reach 256 tokens, so both policies build the same table on benchmarks 1, 2 and 4
+(timed on the H200 within 0.3%, the run-to-run spread) and on benchmark 3 single tiles ran 30.30
+against 30.51 us (board protocol, 2026-11-25). Jobs are spread over the co-resident workers (the
+driver's occupancy answer for the cluster size, as NVIDIA's examples size their grids)
+longest-processing-time first by the modeled mainloop time (B200Model), then improved by moves
+and swaps. Each worker walks its records (group, n0, t0, variant, m_end, n, k, sole_reader_ends)
+in order; tests/test_schedule.py walks the table in Python as the kernel does and checks every
+output element is written once.
 
 Warp roles (192 threads per CTA, 1 CTA per SM, clusters of 2):
   warp 5     TMA, both CTAs: per k-tile (K 256) its half of the weights, the tokens and the weight

@@ -8,7 +8,7 @@ tiles the records that submission.sm100_schedule returns for the worker count th
 docs to its output.
 
     python tools/b200_model.py --shipped             # SM100_SHIPPED per task.yml benchmark
-    python tools/b200_model.py --config safe         # any configuration, e.g. "shipped,jobs=tiles"
+    python tools/b200_model.py --config safe         # any configuration, e.g. "shipped,jobs=hybrid"
     python tools/b200_model.py --configs             # shipped, each single switch flipped, safe
     python tools/b200_model.py --loo                 # leave-one-design-out refits: the error bar
     python tools/b200_model.py --calibration         # published B200 times against the model
@@ -674,7 +674,7 @@ def main(argv=None) -> int:
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--shipped", action="store_true", help="SM100_SHIPPED, the configuration submission.py ships")
     what.add_argument("--config", metavar="TEXT",
-                      help='any configuration Sm100Config.parse reads: "safe", "shipped,jobs=tiles", ...')
+                      help='any configuration Sm100Config.parse reads: "safe", "shipped,jobs=hybrid", ...')
     what.add_argument("--configs", action="store_true",
                       help="shipped, each switch flipped alone, and safe (SM100_SAFE, the fallback)")
     what.add_argument("--calibration", action="store_true",
