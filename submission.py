@@ -298,8 +298,15 @@ def validate_inputs(data) -> tuple:
 # Tile schedule, shared by both kernels (pure Python: built once per shape signature)
 # --------------------------------------------------------------------------------------------------
 
-RECORD_FIELDS = ("group", "n0", "t0", "variant", "m_end", "n", "k", "sole_reader_ends")  # one int32 each
-JOB_POLICIES = ("tiles", "weight_blocks", "hybrid")
+RECORD_FIELDS = (
+    "group", "n0", "t0", "variant", "m_end", "n", "k_end", "sole_reader_ends", "k_begin", "parts", "part", "first_slot",
+)  # one int32 each
+JOB_POLICIES = ("tiles", "weight_blocks", "hybrid", "stream")
+STREAM_MAX_PARTS = 4
+# Stream-K cuts tiles only where that lowers the modeled makespan by this much: each part costs its
+# partial's round trip through L2 on top of its k-steps (not modeled).
+STREAM_MIN_GAIN = 0.05
+WHOLE_K = (0, 1, 0, -1)  # k_begin, parts, part, first_slot of a record that runs its tile's whole K
 
 
 @dataclass(frozen=True)
@@ -313,9 +320,14 @@ class ScheduleShape:
     balance_floor: float  # measured ratio busiest / mean worker that no balancing beats
     group_by_variant: bool  # a worker's tiles sorted by variant, one offset per variant (Hopper)
     # What one worker runs back to back: "tiles" (every tile its own job), "weight_blocks" (a
-    # weight block's token tiles, so its later tiles find the weights in L2), or "hybrid" (weight
-    # blocks, the costliest split into their tiles until there are as many jobs as workers).
+    # weight block's token tiles, so its later tiles find the weights in L2), "hybrid" (weight
+    # blocks, the costliest split into their tiles until there are as many jobs as workers), or
+    # "stream" (stream-K: the tiles' k-steps dealt out in equal shares, a tile cut where a share
+    # ends, its parts summed in a fixed order: _stream_shares).
     jobs: str
+    k_step: int = 256  # the kernel's k-tile: a stream-K cut falls on a multiple of it
+    min_part_k: int = 512  # no stream-K part is shorter: a cut closer to another or to a tile's end is dropped
+    max_parts: int = STREAM_MAX_PARTS  # stream-K parts per tile at most (the kernels sum that many slots, unrolled)
 
 
 def _token_tiles(m: int, chunk: int, variants: tuple):
@@ -388,19 +400,92 @@ def _split_jobs(blocks, num_workers: int):
             break
         _, _, tiles, costs = jobs.pop(splittable)
         # Several workers read this block now: none of them may evict it.
-        split.extend((cost, [tile[:7] + (0,)]) for cost, tile in zip(costs, tiles))
+        split.extend((cost, [_not_sole_reader(tile)]) for cost, tile in zip(costs, tiles))
     return [(cost, tiles) for cost, _, tiles, _ in jobs] + split
+
+
+def _not_sole_reader(tile):
+    """The record with sole_reader_ends cleared: other workers read its weight block too."""
+    return tile[:7] + (0,) + tile[8:]
+
+
+def _stream_shares(blocks, num_workers: int, shape: ScheduleShape):
+    """Stream-K: the tiles in block order (group, weight block, t0), each as its k-steps of equal
+    modeled cost, dealt out to the workers in consecutive shares of equal cost; a tile that a share
+    boundary crosses is cut there (on a k_step, no part shorter than min_part_k: a cut closer than
+    that to another cut or to the tile's ends is dropped) and each part goes to the worker whose
+    share holds its middle. Returns (makespan, records per worker).
+
+    A cut tile's records carry parts (its number of parts), part (this one's index in K order) and
+    first_slot (its parts' workspace slots are first_slot .. first_slot + parts - 1): each part
+    writes its fp32 partial to its slot and counts itself in; the part that counts last adds every
+    slot in part order and stores the tile, so the sum and its rounding do not depend on which
+    worker finished last, and no worker ever waits for another."""
+    tiles = [(tile, cost) for _, _, block_tiles, costs in blocks for tile, cost in zip(block_tiles, costs)]
+    share = sum(cost for _, cost in tiles) / num_workers
+    assigned = [[] for _ in range(num_workers)]
+    loads = [0.0] * num_workers
+    slots = 0
+    start = 0.0  # the tile's first k-step, in cumulative cost
+    for tile, cost in tiles:
+        steps = tile[6] // shape.k_step
+        step_cost = cost / steps
+        min_steps = max(1, shape.min_part_k // shape.k_step)
+        while True:
+            cuts = [0]
+            boundary = (int(start / share) + 1) * share
+            while boundary < start + cost:
+                cut = round((boundary - start) / step_cost)
+                if cut - cuts[-1] >= min_steps and steps - cut >= min_steps:
+                    cuts.append(cut)
+                boundary += share
+            cuts.append(steps)
+            if len(cuts) - 1 <= shape.max_parts:
+                break
+            min_steps = -(-steps // shape.max_parts)  # longer parts, at most max_parts of them
+        parts = []  # (worker, first step, end step), adjacent parts of one worker merged
+        for first, end in zip(cuts, cuts[1:]):
+            worker = min(num_workers - 1, int((start + (first + end) / 2 * step_cost) / share))
+            if parts and parts[-1][0] == worker:
+                parts[-1] = (worker, parts[-1][1], end)
+            else:
+                parts.append((worker, first, end))
+        for index, (worker, first, end) in enumerate(parts):
+            if len(parts) == 1:
+                record = _not_sole_reader(tile)  # the block's other tiles may run on other workers at any time
+            else:
+                k_range = (first * shape.k_step, len(parts), index, slots)
+                record = tile[:6] + (end * shape.k_step, 0) + k_range
+            assigned[worker].append(record)
+            loads[worker] += (end - first) * step_cost
+        if len(parts) > 1:
+            slots += len(parts)
+        start += cost
+    return max(loads), [records for records in assigned if records]
+
+
+def partial_scratch(records, slot_bytes: int, counts_per_slot: int, device):
+    """The stream-K scratch of a schedule: a workspace of slot_bytes per slot (the parts' fp32
+    partials) and counts_per_slot zeroed u32 per slot (the parts that counted in, per CTA and
+    warp, indexed by the tile's first slot). Every call's last part sets its counts back to 0. Empty
+    when no tile is cut."""
+    slots = max([r[11] + r[9] for r in records if r[9] > 1], default=0)
+    workspace = torch.empty(slots * slot_bytes, dtype=torch.uint8, device=device)
+    partial_counts = torch.zeros(slots * counts_per_slot, dtype=torch.int32, device=device)
+    return workspace, partial_counts
 
 
 def build_tile_schedule(sizes, num_workers: int, shape: ScheduleShape):
     """The tile records and per-worker offsets of one problem set.
 
-    records: list of int32 rows RECORD_FIELDS = (group, n0, t0, variant, m_end, n, k,
-    sole_reader_ends): the tile computes tokens t0..m_end-1 of `group` against weight rows
-    n0..n0 + weight_rows - 1 (clipped at n) over the whole K, with token width
-    shape.token_variants[variant]; sole_reader_ends is 1 on the last tile of a weight block whose
-    tiles all run as one job (one worker reads the block, and this tile reads it for the last
-    time: the B200 kernel streams it evict-first), else 0.
+    records: list of int32 rows RECORD_FIELDS = (group, n0, t0, variant, m_end, n, k_end,
+    sole_reader_ends, k_begin, parts, part, first_slot): the record computes tokens t0..m_end-1 of
+    `group` against weight rows n0..n0 + weight_rows - 1 (clipped at n) over k_begin..k_end - 1,
+    with token width shape.token_variants[variant]; sole_reader_ends is 1 on the last tile of a
+    weight block whose tiles all run as one job (one worker reads the block, and this tile reads it
+    for the last time: the B200 kernel streams it evict-first), else 0. A record over the whole K
+    has k_begin 0, parts 1, part 0, first_slot -1 (WHOLE_K); a part of a tile cut by the "stream"
+    policy says which part it is and where the parts meet (_stream_shares).
     offsets: one row per worker. With shape.group_by_variant, worker w runs variant v on records
     [offsets[w][v], offsets[w][v + 1]); otherwise it runs records [offsets[w][0], offsets[w][1]) in
     order. Workers' ranges are contiguous and in worker order.
@@ -415,7 +500,7 @@ def build_tile_schedule(sizes, num_workers: int, shape: ScheduleShape):
             token_tiles = _token_tiles(m, chunk, shape.token_variants)
             for n0 in range(0, n, shape.weight_rows):
                 tiles = [
-                    (group, n0, t0, v, m_end, n, k, int(i == len(token_tiles) - 1))
+                    (group, n0, t0, v, m_end, n, k, int(i == len(token_tiles) - 1)) + WHOLE_K
                     for i, (t0, m_end, v) in enumerate(token_tiles)
                 ]
                 costs = [shape.tile_cost(shape.token_variants[v], k) for _, _, v in token_tiles]
@@ -424,19 +509,25 @@ def build_tile_schedule(sizes, num_workers: int, shape: ScheduleShape):
             jobs = [(cost, tiles) for cost, _, tiles, _ in blocks]
         elif shape.jobs == "hybrid":
             jobs = _split_jobs(blocks, num_workers)
-        else:  # every tile its own job: a block of several tiles has several readers
+        else:  # every tile its own job ("stream" too, where cutting does not pay): several readers per block
             jobs = [
-                (cost, [tile if len(tiles) == 1 else tile[:7] + (0,)])
+                (cost, [tile if len(tiles) == 1 else _not_sole_reader(tile)])
                 for _, _, tiles, costs in blocks
                 for cost, tile in zip(costs, tiles)
             ]
+        total = sum(cost for cost, _ in jobs)
         makespan, assigned = _balance(jobs, num_workers)
-        makespan = max(makespan, shape.balance_floor * sum(cost for cost, _ in jobs) / len(assigned))
+        makespan = max(makespan, shape.balance_floor * total / len(assigned))
+        if shape.jobs == "stream":
+            cut_makespan, shares = _stream_shares(blocks, num_workers, shape)
+            cut_makespan = max(cut_makespan, shape.balance_floor * total / len(shares))
+            if cut_makespan < (1 - STREAM_MIN_GAIN) * makespan:
+                makespan, assigned = cut_makespan, [[records] for records in shares]  # one job each, in block order
         if best is None or makespan < best[0]:
             best = (makespan, assigned)
     records, offsets = [], []
     for worker_jobs in best[1]:
-        tiles = [tile for job in sorted(worker_jobs) for tile in job]  # by group, weight block, t0
+        tiles = [tile for job in sorted(worker_jobs) for tile in job]  # by group, weight block, t0, part
         row = [len(records)]
         if shape.group_by_variant:
             for v in range(len(shape.token_variants)):
@@ -883,6 +974,67 @@ def store_words_if(addr, words, rows_left, row: int, spacing: int, *, loc=None, 
     )
 
 
+# Stream-K partials, shared by both kernels: each part of a cut tile stores its fp32 partial in its
+# workspace slot and counts itself in; the part that counts last adds every slot in part order.
+# The count is CUTLASS's semaphore pattern at warp scope: the warp's stores, bar.warp.sync, then one
+# lane's acq_rel atomic (releasing the warp's stores, acquiring those of the parts counted before).
+
+
+@dsl_user_op
+def store_f32x4(address, values, *, loc=None, ip=None):
+    """st.global.v4.f32 of four fp32 values at `address` (16-byte aligned)."""
+    asm(
+        None,
+        [cutlass.Int64(address).ir_value(loc=loc, ip=ip)] + [cutlass.Float32(v).ir_value(loc=loc, ip=ip) for v in values],
+        "st.global.v4.f32 [$0], {$1, $2, $3, $4};",
+        "l,f,f,f,f",
+        True,
+    )
+
+
+@dsl_user_op
+def load_f32x4(address, *, loc=None, ip=None):
+    """ld.global.cg.v4.f32 of four fp32 values at `address`, from L2 (a partial another SM wrote)."""
+    res = asm(
+        llvm.StructType.get_literal([T.f32()] * 4),
+        [cutlass.Int64(address).ir_value(loc=loc, ip=ip)],
+        "ld.global.cg.v4.f32 {$0, $1, $2, $3}, [$4];",
+        "=f,=f,=f,=f,l",
+        True,
+    )
+    return [cutlass.Float32(llvm.extractvalue(T.f32(), res, [i])) for i in range(4)]
+
+
+@dsl_user_op
+def count_in(counter, lane, *, loc=None, ip=None):
+    """The warp counts itself in at `counter` (a global u32): after every lane's earlier stores
+    (bar.warp.sync), lane 0 adds 1 with acq_rel at gpu scope; every lane gets the count before the
+    add (the number of parts of this tile that counted in earlier)."""
+    return cutlass.Int32(
+        asm(
+            T.i32(),
+            [cutlass.Int64(counter).ir_value(loc=loc, ip=ip), ir_i32(lane, loc, ip)],
+            "{\n .reg .pred p;\n .reg .b32 before;\n mov.b32 before, 0;\n bar.warp.sync -1;\n"
+            " setp.eq.s32 p, $2, 0;\n @p atom.acq_rel.gpu.global.add.u32 before, [$1], 1;\n"
+            " shfl.sync.idx.b32 $0, before, 0, 0x1f, 0xffffffff;\n bar.warp.sync -1;\n}",
+            "=r,l,r",
+            True,
+        )
+    )
+
+
+@dsl_user_op
+def reset_count(counter, lane, *, loc=None, ip=None):
+    """Lane 0 sets `counter` back to 0 for the next call (whose kernel starts after this grid ends)."""
+    asm(
+        None,
+        [cutlass.Int64(counter).ir_value(loc=loc, ip=ip), ir_i32(lane, loc, ip)],
+        "{\n .reg .pred p;\n setp.eq.s32 p, $1, 0;\n @p st.relaxed.gpu.global.u32 [$0], 0;\n}",
+        "l,r",
+        True,
+    )
+
+
 # --------------------------------------------------------------------------------------------------
 # B200 (sm_100a): configuration
 # --------------------------------------------------------------------------------------------------
@@ -925,6 +1077,7 @@ ACC_STAGES = 2  # TMEM accumulators: the epilogue of tile i overlaps the mainloo
 ACC_STAGE_COLUMNS = 128  # TMEM columns per accumulator (the largest token variant)
 TMEM_COLUMNS = 512  # 2 x 128 accumulator + 16 SFA + 16 SFB columns, rounded to a power of two
 EPILOGUE_COLUMNS = 32  # tokens per TMEM load (32x32b.x32) in the epilogue
+PARTIAL_CTA_BYTES = CTA_WEIGHT_ROWS * ACC_STAGE_COLUMNS * 4  # one CTA's fp32 partial of a cut tile (jobs="stream")
 SMEM_BYTES = 232448  # 227 KiB: sm_100's dynamic shared memory per block
 SMEM_RESERVED_BYTES = 1024  # mbarriers and the TMEM address
 
@@ -1517,7 +1670,9 @@ class Sm100GroupedGemm:
             cute.arch.griddepcontrol_wait()
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
         for t in range(begin, end):
-            g, n0, t0, variant_index, k = tiles[t, 0], tiles[t, 1], tiles[t, 2], tiles[t, 3], tiles[t, 6]
+            g, n0, t0, variant_index = tiles[t, 0], tiles[t, 1], tiles[t, 2], tiles[t, 3]
+            # The record's first and end k-tile (a whole tile's first is 0 at compile time: its loop as before).
+            k_tiles = (tiles[t, 8] // K_TILE if cutlass.const_expr(self.config.jobs == "stream") else 0, tiles[t, 6] // K_TILE)
             read_weights = None
             if cutlass.const_expr(self.config.l2_hints):
                 # The last tile of a weight block's sole reader streams it evict-first; other tiles
@@ -1534,27 +1689,27 @@ class Sm100GroupedGemm:
             for v in cutlass.range_constexpr(len(self.variants)):
                 if variant_index == v:
                     state = self._load_variant(
-                        ab_pipeline, state, v, g, t0, k, slices, token_parts[v],
+                        ab_pipeline, state, v, g, t0, k_tiles, slices, token_parts[v],
                         (weight_atoms, weight_sf_atoms, token_sf_atoms, token_atoms[v]), read_again, is_leader_cta,
                     )
         ab_pipeline.producer_tail(state)
 
     @cute.jit
-    def _load_variant(self, ab_pipeline, state, v, g, t0, k, slices, token_part, group_atoms, read_again, is_leader_cta):
-        """One tile of token variant v: its copies, with group g's descriptors ("selp": by address,
-        "branch": the loop of that group's own atoms), then its k-loop."""
+    def _load_variant(self, ab_pipeline, state, v, g, t0, k_tiles, slices, token_part, group_atoms, read_again, is_leader_cta):
+        """One record of token variant v: its copies, with group g's descriptors ("selp": by address,
+        "branch": the loop of that group's own atoms), then its k-loop over k_tiles = (first, end)."""
         tBsB, tBgB = token_part
         operands = slices + ((tBgB[(None, t0 // self.variants[v].tokens, None, 0)], tBsB, read_again, None),)
         tx_bytes = self.variants[v].tx_bytes
         if cutlass.const_expr(self.config.descriptors == "selp"):
             copies = [(atoms[0], group_tma_desc(g, atoms)) + operand for atoms, operand in zip(group_atoms, operands)]
-            state = self._load_tile(ab_pipeline, state, copies, k // K_TILE, tx_bytes, is_leader_cta)
+            state = self._load_tile(ab_pipeline, state, copies, k_tiles, tx_bytes, is_leader_cta)
         else:
             for group in cutlass.range_constexpr(self.num_groups):
                 if g == group:
                     state = self._load_tile(
                         ab_pipeline, state, [(atoms[group], None) + operand for atoms, operand in zip(group_atoms, operands)],
-                        k // K_TILE, tx_bytes, is_leader_cta,
+                        k_tiles, tx_bytes, is_leader_cta,
                     )
         return state
 
@@ -1574,10 +1729,11 @@ class Sm100GroupedGemm:
 
     @cute.jit
     def _load_tile(self, ab_pipeline, state, copies, k_tiles, tx_bytes, is_leader_cta):
-        """The k-loop of one tile: per stage, wait for it to be empty, have the leader expect the
-        worker's tx_bytes, and issue `copies`: (atom, descriptor or None for the atom's own, gmem
-        k-tiles, smem stages, L2 policy or None, multicast mask or None) each."""
-        for kt in range(k_tiles):
+        """The k-loop of one record, k-tiles k_tiles[0] .. k_tiles[1] - 1: per stage, wait for it to
+        be empty, have the leader expect the worker's tx_bytes, and issue `copies`: (atom, descriptor
+        or None for the atom's own, gmem k-tiles, smem stages, L2 policy or None, multicast mask or
+        None) each."""
+        for kt in range(k_tiles[0], k_tiles[1]):
             ab_pipeline.sync_object_empty.wait(state.index, state.phase)
             if is_leader_cta:
                 ab_pipeline.sync_object_full.arrive_and_expect_tx(state.index, tx_bytes)
@@ -1626,13 +1782,13 @@ class Sm100GroupedGemm:
         ab_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
         acc_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, ACC_STAGES)
         for t in range(begin, end):
-            variant_index, k = tiles[t, 3], tiles[t, 6]
+            variant_index, k_tiles = tiles[t, 3], (tiles[t, 6] - tiles[t, 8]) // K_TILE
             if is_leader_cta:
                 acc_pipeline.producer_acquire(acc_state)
                 _tcgen05_fence("after_thread_sync")  # the epilogue's loads of this buffer are done
             for v in cutlass.range_constexpr(len(self.variants)):
                 if variant_index == v:
-                    ab_state = self._mma_tile(parts[v], ab_pipeline, ab_state, acc_state.index, k // K_TILE, is_leader_cta)
+                    ab_state = self._mma_tile(parts[v], ab_pipeline, ab_state, acc_state.index, k_tiles, is_leader_cta)
             if is_leader_cta:
                 acc_pipeline.producer_commit(acc_state)
             acc_state.advance()
@@ -1686,39 +1842,94 @@ class Sm100GroupedGemm:
         n0 + 128 * cta_in_worker + 32w + lane of the tile; per 32 tokens, one TMEM load of 32 fp32
         columns (inline tcgen05.ld, or the library's copy atom), rounded to fp16 and stored straight
         to C (4 bytes per lane, lanes paired by row_pair_word), each store predicated on its token
-        row being below M. Waits on: the accumulator's full barrier. Signals: the accumulator's
-        empty barrier of the leader."""
+        row being below M. With jobs="stream", a part of a cut tile stores its fp32 columns in its
+        workspace slot instead, releases the accumulator, counts itself in, and if it counted last,
+        adds every part's slot in part order and stores that to C. Waits on: the accumulator's full
+        barrier. Signals: the accumulator's empty barrier of the leader."""
         lane = cute.arch.lane_idx()
         odd = lane % 2
         lane_address = acc_tmem_ptr.toint() + ((32 * warp_idx) << 16)  # TMEM address: lane << 16 | column
         load_columns = self._tmem_load_atoms(acc_tmem_ptr, warp_idx)
+        split = self.config.jobs == "stream"
         tiles, begin, end = walk
         acc_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, ACC_STAGES)
         for t in range(begin, end):
             g, n0, t0, m_end, n = tiles[t, 0], tiles[t, 1], tiles[t, 2], tiles[t, 4], tiles[t, 5]
-            weight_row = n0 + CTA_WEIGHT_ROWS * cta_in_worker + 32 * warp_idx + lane
-            c_address = select_by_group(g, args.c)
+            rows = (n0 + CTA_WEIGHT_ROWS * cta_in_worker + 32 * warp_idx + lane, m_end, n, select_by_group(g, args.c))
+            chunks = (m_end - t0 + EPILOGUE_COLUMNS - 1) // EPILOGUE_COLUMNS
+            # A pair's second CTA holds rows past N when N is an odd multiple of 128: no stores.
+            has_rows = n0 + CTA_WEIGHT_ROWS * cta_in_worker < n
             acc_pipeline.consumer_wait(acc_state)
             _tcgen05_fence("after_thread_sync")  # the MMAs that wrote this accumulator are done
-            # A pair's second CTA holds rows past N when N is an odd multiple of 128: no stores.
-            if n0 + CTA_WEIGHT_ROWS * cta_in_worker < n:
-                for chunk in range((m_end - t0 + EPILOGUE_COLUMNS - 1) // EPILOGUE_COLUMNS):
-                    first_row = t0 + EPILOGUE_COLUMNS * chunk
+            if has_rows:
+                for chunk in range(chunks):
                     if cutlass.const_expr(self.config.epilogue == "ptx"):
                         values = _tmem_load_32_columns(
                             lane_address + acc_state.index * ACC_STAGE_COLUMNS + EPILOGUE_COLUMNS * chunk
                         )
                     else:
                         values = load_columns(acc_state.index, chunk)
-                    rows_left = m_end - first_row - odd
-                    address = c_address + (cutlass.Int64(first_row + odd) * n + weight_row - odd) * 2
-                    for p in cutlass.range_constexpr(EPILOGUE_COLUMNS // 2):
-                        word = row_pair_word(pack_f16x2(values[2 * p], values[2 * p + 1]), odd, 1)
-                        store_words_if(address + cutlass.Int64(2 * p) * n * 2, (word,), rows_left, 2 * p, 0)
+                    if cutlass.const_expr(split):
+                        if tiles[t, 9] == 1:
+                            self._store_rows(values, t0 + EPILOGUE_COLUMNS * chunk, rows, odd)
+                        else:
+                            slot = self._partial_address(args, tiles[t, 11] + tiles[t, 10], chunk, warp_idx, lane, cta_in_worker)
+                            for q in cutlass.range_constexpr(EPILOGUE_COLUMNS // 4):
+                                store_f32x4(slot + q * CTA_WEIGHT_ROWS * 16, values[4 * q : 4 * q + 4])
+                    else:
+                        self._store_rows(values, t0 + EPILOGUE_COLUMNS * chunk, rows, odd)
             _tcgen05_fence("before_thread_sync")  # this warp's TMEM loads precede the release
             with cute.arch.elect_one():
                 acc_pipeline.consumer_release(acc_state)
             acc_state.advance()
+            if cutlass.const_expr(split):
+                if has_rows and tiles[t, 9] > 1:
+                    self._sum_parts(args, tiles, t, chunks, rows, odd, warp_idx, lane, cta_in_worker)
+
+    @cute.jit
+    def _store_rows(self, values, first_row, rows, odd):
+        """32 token rows (first_row ..) of this lane's output column, rounded to fp16 and stored to C:
+        rows = (weight row n, m_end, N, the group's C address)."""
+        weight_row, m_end, n, c_address = rows
+        rows_left = m_end - first_row - odd
+        address = c_address + (cutlass.Int64(first_row + odd) * n + weight_row - odd) * 2
+        for p in cutlass.range_constexpr(EPILOGUE_COLUMNS // 2):
+            word = row_pair_word(pack_f16x2(values[2 * p], values[2 * p + 1]), odd, 1)
+            store_words_if(address + cutlass.Int64(2 * p) * n * 2, (word,), rows_left, 2 * p, 0)
+
+    def _partial_address(self, args, slot, chunk, warp_idx, lane, cta_in_worker):
+        """Where this lane's 4 columns 32 * chunk + 4q .. + 3 of a CTA's partial sit in workspace slot
+        `slot`, for q = 0 (q adds CTA_WEIGHT_ROWS * 16 bytes): a slot holds each CTA's 128 rows x 128
+        columns of fp32, ordered (column // 4, row, column % 4), so a warp's 16-byte accesses to 4
+        columns are 512 contiguous bytes."""
+        cta_slot = slot * self.cta_group + cta_in_worker
+        column_quads = chunk * (EPILOGUE_COLUMNS // 4)
+        return args.workspace + (
+            cutlass.Int64(cta_slot) * PARTIAL_CTA_BYTES + (column_quads * CTA_WEIGHT_ROWS + 32 * warp_idx + lane) * 16
+        )
+
+    @cute.jit
+    def _sum_parts(self, args, tiles, t, chunks, rows, odd, warp_idx, lane, cta_in_worker):
+        """After this warp stored its part of tile record t: count in; the part that counts last
+        adds the tile's slots in part order (the same sum whichever part finished last) and stores
+        it to C, then clears the count for the next call."""
+        parts, first_slot = tiles[t, 9], tiles[t, 11]
+        counter = args.partial_counts + (
+            cutlass.Int64(first_slot * self.cta_group + cta_in_worker) * len(EPILOGUE_WARPS) + warp_idx
+        ) * 4
+        if count_in(counter, lane) == parts - 1:
+            total = cute.make_rmem_tensor(cute.make_layout(EPILOGUE_COLUMNS), ACC_DTYPE)
+            for chunk in range(chunks):
+                total.fill(0.0)
+                for part in cutlass.range_constexpr(STREAM_MAX_PARTS):
+                    if part < parts:
+                        slot = self._partial_address(args, first_slot + part, chunk, warp_idx, lane, cta_in_worker)
+                        for q in cutlass.range_constexpr(EPILOGUE_COLUMNS // 4):
+                            quad = load_f32x4(slot + q * CTA_WEIGHT_ROWS * 16)
+                            for j in cutlass.range_constexpr(4):
+                                total[4 * q + j] = total[4 * q + j] + quad[j]
+                self._store_rows([total[i] for i in range(EPILOGUE_COLUMNS)], tiles[t, 2] + EPILOGUE_COLUMNS * chunk, rows, odd)
+            reset_count(counter, lane)
 
     def _tmem_load_atoms(self, acc_tmem_ptr, warp_idx):
         """The "atoms" epilogue's TMEM load, as NVIDIA's example builds it: the widest variant's
@@ -1756,7 +1967,9 @@ class Sm100GroupedGemm:
 def _sm100_args_layout(num_groups: int) -> LaunchArgs:
     """Empty launch arguments of the B200 kernel for `num_groups` groups (compiling needs only
     their layout)."""
-    return LaunchArgs(num_groups, addresses=("tiles", "worker_tiles"), integers=("num_tiles", "num_workers"))
+    return LaunchArgs(
+        num_groups, addresses=("tiles", "worker_tiles", "workspace", "partial_counts"), integers=("num_tiles", "num_workers")
+    )
 
 
 _sm100_kernels: dict = {}
@@ -1786,7 +1999,12 @@ def sm100_launch_args(sizes, device, config: Sm100Config):
     args.set("worker_tiles", worker_tiles.data_ptr())
     args.set("num_tiles", len(records))
     args.set("num_workers", len(offsets))
-    return args, (tiles, worker_tiles)
+    workspace, partial_counts = partial_scratch(
+        records, config.cta_group * PARTIAL_CTA_BYTES, config.cta_group * len(EPILOGUE_WARPS), device
+    )
+    args.set("workspace", workspace.data_ptr())
+    args.set("partial_counts", partial_counts.data_ptr())
+    return args, (tiles, worker_tiles, workspace, partial_counts)
 
 
 def make_sm100_launch(sizes, device, config: Sm100Config) -> CompiledLaunch:

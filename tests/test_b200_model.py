@@ -77,7 +77,7 @@ def test_prediction_recomputed_from_the_records(bench):
     ends, epilogues = [], []
     for begin, end in offsets:
         clock = previous = 0.0
-        for g, n0, t0, v, m_end, n, k, _ in records[begin:end]:
+        for g, n0, t0, v, m_end, n, k, *_ in records[begin:end]:
             width = SHIPPED.token_variants[v]
             mma = 128 * width * 256 / (m.fp4_fma_per_clock_per_sm * m.mma_clock_mhz)
             clock += max((k // 256) * max(mma, m.stage_round_trip_us / SHIPPED.stages), previous)
@@ -350,7 +350,7 @@ def test_b200_profile_child_hang_is_recorded(tmp_path):
 
 def test_the_configurations_profiled_by_default_parse_back():
     labels = [label for label, config in model.single_flips()]
-    assert labels[0] == "shipped" and labels[-1] == "safe" and len(labels) == 12
+    assert labels[0] == "shipped" and labels[-1] == "safe" and len(labels) == 13
     assert [submission.Sm100Config.parse(label) for label in labels] == [c for _, c in model.single_flips()]
 
 

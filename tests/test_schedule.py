@@ -45,15 +45,46 @@ SHAPES = {
 }
 
 
+def check_parts(sizes, records, offsets, k_step):
+    """The records cover every tile's K exactly once: a whole tile in one record (WHOLE_K), a cut
+    tile in `parts` records of consecutive k ranges (on k_step) on distinct workers, numbered 0 ..
+    parts - 1 in K order, sharing first_slot; cut tiles' slots do not overlap. Returns the number of
+    cut tiles."""
+    tiles = {}
+    for worker, row in enumerate(offsets):
+        for record in records[row[0]:row[-1]]:
+            g, n0, t0, _, _, n, k_end, _, k_begin, parts, part, first_slot = record
+            assert 0 <= k_begin < k_end <= sizes[g][2] and k_begin % k_step == 0 and k_end % k_step == 0
+            tiles.setdefault((g, n0, t0), []).append((part, k_begin, k_end, parts, first_slot, worker))
+    slots = set()
+    for (g, _, _), parts in tiles.items():
+        parts.sort()
+        count, first_slot = parts[0][3], parts[0][4]
+        assert [p[0] for p in parts] == list(range(count)) and {(p[3], p[4]) for p in parts} == {(count, first_slot)}
+        assert parts[0][1] == 0 and parts[-1][2] == sizes[g][2]
+        assert all(a[2] == b[1] for a, b in zip(parts, parts[1:]))
+        if count == 1:
+            assert first_slot == -1
+        else:
+            assert 1 < count <= submission.STREAM_MAX_PARTS and len({p[5] for p in parts}) == count
+            assert not slots & set(range(first_slot, first_slot + count))
+            slots |= set(range(first_slot, first_slot + count))
+    return sum(1 for parts in tiles.values() if len(parts) > 1)
+
+
 def walk_b200(sizes, records, offsets, config):
     """How many times each C element is stored by the sm_100a kernel built with `config`: worker w
     (an SM pair, or an SM with cta_group 1) runs its records in order; CTA r of the worker holds
     weight rows n0 + 128 r .. + 127 (none if past N); the epilogue stores token rows t0 .. m_end - 1
-    in chunks of 32, each row predicated below m_end."""
+    in chunks of 32, each row predicated below m_end. Of a cut tile's parts one stores (the last to
+    count in): counted here as part 0."""
+    assert check_parts(sizes, records, offsets, submission.K_TILE) == 0 or config.jobs == "stream"
     writes = [np.zeros((m, n), dtype=np.int32) for m, n, _ in sizes]
     for begin, end in offsets:
-        for g, n0, t0, v, m_end, n, k, _ in records[begin:end]:
-            assert (n, k) == sizes[g][1:] and k % submission.K_TILE == 0
+        for g, n0, t0, v, m_end, n, _, _, _, _, part, _ in records[begin:end]:
+            if part:
+                continue
+            assert n == sizes[g][1]
             assert n0 % config.weight_rows == 0 and t0 % submission.TOKEN_CHUNK == 0
             width = config.token_variants[v]
             assert 0 < m_end - t0 <= width and t0 % width == 0  # TMA tile index t0 // width
@@ -85,11 +116,14 @@ def walk_h200(sizes, records, offsets):
     """How many times each C element is stored by the Hopper kernel: CTA b runs variant v on
     records offsets[b][v] .. offsets[b][v + 1]; a tile stores token rows t0 .. m_end - 1 (wgmma N
     = the variant, rows past m_end predicated off) of weight rows n0 .. n0 + 127."""
+    check_parts(sizes, records, offsets, sm90_kernel.SCHEDULE.k_step)
     writes = [np.zeros((m, n), dtype=np.int32) for m, n, _ in sizes]
     for row in offsets:
         for v in range(len(sm90_kernel.VARIANTS)):
-            for g, n0, t0, variant, m_end, n, k, _ in records[row[v]:row[v + 1]]:
-                assert variant == v and (n, k) == sizes[g][1:]
+            for g, n0, t0, variant, m_end, n, _, _, _, _, part, _ in records[row[v]:row[v + 1]]:
+                if part:
+                    continue
+                assert variant == v and n == sizes[g][1]
                 # the smallest wgmma N that covers the tile; tokens load as 64-row boxes from t0
                 assert 0 < m_end - t0 <= sm90_kernel.VARIANTS[v] < m_end - t0 + sm90_kernel.TOKEN_STEP
                 assert t0 % sm90_kernel.TOKEN_BOX_ROWS == 0 and n0 % sm90_kernel.TILE_W == 0
@@ -124,7 +158,7 @@ def _blocks(records, offsets):
     """(group, n0) -> [(worker, position in the worker's run, sole_reader_ends, t0)] in run order."""
     blocks = {}
     for worker, (begin, end) in enumerate(offsets):
-        for position, (g, n0, t0, *_, sole) in enumerate(records[begin:end]):
+        for position, (g, n0, t0, _, _, _, _, sole, *_) in enumerate(records[begin:end]):
             blocks.setdefault((g, n0), []).append((worker, position, sole, t0))
     return blocks
 
@@ -152,7 +186,9 @@ def test_b200_sole_reader_ends(name, config):
     multi = {b for b, tiles in blocks.items() if len(tiles) > 1}
     if config.jobs == "weight_blocks":
         assert whole == set(blocks)
-    elif config.jobs == "tiles":
+    elif config.jobs == "stream" and any(r[9] > 1 for r in records):
+        assert not whole  # a block's tiles and parts may run anywhere, at any time: none evicts it
+    elif config.jobs in ("tiles", "stream"):  # stream where cutting does not pay: the tiles policy
         assert whole == set(blocks) - multi
     else:
         jobs = len(whole) + sum(len(tiles) for b, tiles in blocks.items() if b not in whole)
@@ -195,3 +231,33 @@ def test_b200_token_variant_is_the_smallest_that_fits():
                              (submission.SM100_SAFE, {(0, 0): 128, (1, 0): 128, (1, 128): 128})):
         records, _ = submission.sm100_schedule(sizes, _workers(config), config)
         assert {(g, t0): config.token_variants[v] for g, _, t0, v, *_ in records} == expected
+
+
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_h200_stream_schedule_writes_every_output_once(name):
+    """Stream-K on the Hopper kernel's schedule: parts cover each cut tile's K once (check_parts)."""
+    sizes = SHAPES[name]
+    shape = dataclasses.replace(sm90_kernel.SCHEDULE, jobs="stream")
+    records, offsets = submission.build_tile_schedule(sizes, H200_SMS, shape)
+    for writes in walk_h200(sizes, records, offsets):
+        assert (writes == 1).all()
+
+
+def test_b200_stream_evens_the_pairs_where_tiles_do_not():
+    """Benchmark 1's 176 tiles of 28 k-tiles on 74 pairs: whole tiles give the busiest pair 84 k-tiles
+    (3 tiles) against a mean of 66.6, stream-K 67; benchmark 3's 60 tiles of 16 leave 14 pairs idle,
+    stream-K keeps all 74 busy with at most 14 k-tiles. Where whole tiles are already even
+    (benchmarks 2 and 4) nothing is cut: a part costs its partial's round trip."""
+    stream = dataclasses.replace(submission.SM100_SHIPPED, jobs="stream")
+    busiest = {}
+    for name, expected in (("benchmarks0", 67), ("benchmarks1", None), ("benchmarks2", 14), ("benchmarks3", None)):
+        sizes = SHAPES[name]
+        records, offsets = submission.sm100_schedule(sizes, 74, stream)
+        cut = check_parts(sizes, records, offsets, submission.K_TILE)
+        steps = [sum((r[6] - r[8]) // submission.K_TILE for r in records[b:e]) for b, e in offsets]
+        if expected is None:
+            assert cut == 0 and records == submission.sm100_schedule(sizes, 74, submission.SM100_SHIPPED)[0]
+        else:
+            assert cut > 0 and len(offsets) == 74 and max(steps) == expected
+        busiest[name] = max(steps)
+    assert busiest["benchmarks0"] < 84 and busiest["benchmarks2"] < 16

@@ -174,10 +174,10 @@ def _config_layout(config: Sm100Config, sizes, workers: int):
     often): per worker, its records as (group, weight block, t0, tokens, variant width, k-tiles) in
     the order the kernel walks them; and the DRAM bytes per weight block."""
     records, offsets = sm100_schedule(sizes, workers, config)
-    block_bytes = {(g, n0): min(config.weight_rows, n - n0) * (k // 2 + k // SF_VEC_SIZE)
-                   for g, n0, _, _, _, n, k, _ in records}
-    bins = [[(g, (g, n0), t0, m_end - t0, config.token_variants[v], k // K_TILE)
-             for g, n0, t0, v, m_end, n, k, _ in records[begin:end]] for begin, end in offsets]
+    block_bytes = {(g, n0): min(config.weight_rows, n - n0) * (sizes[g][2] // 2 + sizes[g][2] // SF_VEC_SIZE)
+                   for g, n0, _, _, _, n, *_ in records}
+    bins = [[(g, (g, n0), t0, m_end - t0, config.token_variants[v], (k_end - k_begin) // K_TILE)
+             for g, n0, t0, v, m_end, n, k_end, _, k_begin, *_ in records[begin:end]] for begin, end in offsets]
     return bins, block_bytes
 
 
@@ -636,9 +636,10 @@ def hopper_estimate(profile: dict, sizes, clock_mhz: float, jobs=None, start_us=
     bins, block_bytes = [], {}
     for row in offsets:
         bins.append([])
-        for g, n0, t0, v, m_end, n, k, _ in records[row[0]:row[-1]]:
-            us = cycles(sm90_kernel.VARIANTS[v], k) / clock_mhz
+        for g, n0, t0, v, m_end, n, k_end, _, k_begin, *_ in records[row[0]:row[-1]]:
+            us = cycles(sm90_kernel.VARIANTS[v], k_end - k_begin) / clock_mhz
             bins[-1].append(TileCost(g, (g, n0), t0, m_end - t0, us, us, 0.0))
+            k = sizes[g][2]
             block_bytes[(g, n0)] = min(sm90_kernel.TILE_W, n - n0) * (k // 2 + k // SF_VEC_SIZE)
     model = replace(B200_MODEL, start_us=start_us, dram_bytes_per_us=H200_DRAM_BYTES_PER_US)
     return estimate(bins, block_bytes, _other_bytes(sizes), sm90_kernel.W_STAGES, H200_SMS, model)

@@ -485,7 +485,7 @@ def compiled_kernel(S, num_groups: int):
     if isinstance(S.DEVICE, EmulatedH200):
         import sm90_kernel
 
-        return sm90_kernel.compile_sm90(num_groups, S.sm100_config().pdl)
+        return sm90_kernel.compile_sm90(num_groups, S.sm100_config().pdl, sm90_kernel.SCHEDULE.jobs == "stream")
     return S.compile_sm100(num_groups, S.sm100_config())
 
 
