@@ -42,7 +42,14 @@ EDGE_SPECS = [
 ]
 SWITCHES = ["cta_group=1", "token_variants=128", "multicast=off", "pdl=off", "l2_hints=off", "epilogue=atoms",
             "descriptors=branch", "prefetch=off"]
-JOB_POLICIES = ["tiles", "weight_blocks", "hybrid"]
+JOB_POLICIES = ["tiles", "weight_blocks", "hybrid", "stream"]
+# Shapes that jobs=stream cuts at 3 workers (tests/test_schedule.py checks it): one tile in 3 parts; one in 3
+# parts whose pair's second CTA is past N; cut and whole tiles on one worker, 64- and 128-token variants.
+STREAM_SPECS = [
+    "m: [7]; n: [256]; k: [2048]; g: 1; seed: 21",
+    "m: [1]; n: [128]; k: [4096]; g: 1; seed: 22",
+    "m: [40, 129]; n: [128, 256]; k: [3072, 1536]; g: 2; seed: 23",
+]
 
 
 def emulate(config: str, specs, *, mode: str = "eager", seed: int = 0, workers=2, timeout: int = 900):
@@ -79,6 +86,18 @@ def test_task_and_edge_shapes(config, mode, seed):
 @pytest.mark.parametrize("jobs", JOB_POLICIES)
 def test_every_job_policy(jobs):
     assert_all_pass(f"shipped,jobs={jobs}", EDGE_SPECS, workers=3)
+
+
+@pytest.mark.parametrize("config, mode, seed", [
+    ("shipped,jobs=stream", "eager", 0),
+    pytest.param("shipped,jobs=stream", "adversarial", 13, marks=pytest.mark.long),
+    pytest.param("shipped,jobs=stream,cta_group=1", "adversarial", 14, marks=pytest.mark.long),
+    pytest.param("shipped,jobs=stream", "timed", 0, marks=pytest.mark.long),
+])
+def test_stream_k_parts_sum_to_the_reference(config, mode, seed):
+    """Cut tiles: each part's partial through the workspace, the last part to count in sums them, with
+    race detection on (the parts' stores and the last part's loads are ordered by the count's acq_rel)."""
+    assert_all_pass(config, STREAM_SPECS, mode=mode, seed=seed, workers=3)
 
 
 @pytest.mark.long

@@ -261,3 +261,18 @@ def test_b200_stream_evens_the_pairs_where_tiles_do_not():
             assert cut > 0 and len(offsets) == 74 and max(steps) == expected
         busiest[name] = max(steps)
     assert busiest["benchmarks0"] < 84 and busiest["benchmarks2"] < 16
+
+
+@pytest.mark.parametrize("cta_group", [2, 1])
+def test_the_emulated_stream_shapes_are_cut(cta_group):
+    """tests/test_emulator_submission.py's STREAM_SPECS, at its 3 workers (pairs, or 6 CTAs), are cut
+    into parts: what the emulated matrix runs is the stream-K epilogue, not whole tiles."""
+    from test_emulator_submission import STREAM_SPECS
+
+    config = dataclasses.replace(submission.SM100_SHIPPED, jobs="stream", cta_group=cta_group)
+    for spec in STREAM_SPECS:
+        fields = dict((key.strip(), value) for key, value in (part.split(":") for part in spec.split(";")))
+        m, n, k = (eval(fields[key]) for key in ("m", "n", "k"))
+        sizes = list(zip(m, n, k))
+        records, offsets = submission.sm100_schedule(sizes, 3 * (2 // cta_group), config)
+        assert check_parts(sizes, records, offsets, submission.K_TILE) > 0, spec
