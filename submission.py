@@ -303,9 +303,12 @@ RECORD_FIELDS = (
 )  # one int32 each
 JOB_POLICIES = ("tiles", "weight_blocks", "hybrid", "stream")
 STREAM_MAX_PARTS = 4
-# Stream-K cuts tiles only where that lowers the modeled makespan by this much: each part costs its
-# partial's round trip through L2 on top of its k-steps (not modeled).
-STREAM_MIN_GAIN = 0.05
+# Stream-K cuts tiles only where that lowers the modeled makespan by this much: a part costs its
+# partial's round trip through L2 on top of its k-steps, which the model leaves out. Timed emulator,
+# B200 description (2026-11-25, BENCHMARKS.md): benchmark 3 cut for a modeled 12.5% ran 20% slower
+# (6.61 -> 7.90 us), benchmark 1 for 20% the same (DRAM-bound: 25.64 -> 25.45), three tiles of K 7-8k
+# on 74 pairs 19% faster (9.54 -> 7.73).
+STREAM_MIN_GAIN = 0.25
 WHOLE_K = (0, 1, 0, -1)  # k_begin, parts, part, first_slot of a record that runs its tile's whole K
 
 
@@ -461,7 +464,11 @@ def _stream_shares(blocks, num_workers: int, shape: ScheduleShape):
         if len(parts) > 1:
             slots += len(parts)
         start += cost
-    return max(loads), [records for records in assigned if records]
+    # A worker runs its cut tiles' later parts first, then their first parts (part 0 of a tile is
+    # then the one that usually finishes last and adds the others to its own accumulator), then its
+    # whole tiles: the parts' partials cross L2 while whole tiles keep the tensor pipe busy.
+    order = lambda record: 2 if record[9] == 1 else int(record[10] == 0)
+    return max(loads), [sorted(records, key=order) for records in assigned if records]
 
 
 def partial_scratch(records, slot_bytes: int, counts_per_slot: int, device):
@@ -1020,6 +1027,15 @@ def count_in(counter, lane, *, loc=None, ip=None):
             "=r,l,r",
             True,
         )
+    )
+
+
+@dsl_user_op
+def peek_count(counter, *, loc=None, ip=None):
+    """The count at `counter`, read with acquire at gpu scope by every lane (the parts that counted
+    in before: their partials are visible after it)."""
+    return cutlass.Int32(
+        asm(T.i32(), [cutlass.Int64(counter).ir_value(loc=loc, ip=ip)], "ld.acquire.gpu.global.u32 $0, [$1];", "=r,l", True)
     )
 
 
@@ -1842,49 +1858,109 @@ class Sm100GroupedGemm:
         n0 + 128 * cta_in_worker + 32w + lane of the tile; per 32 tokens, one TMEM load of 32 fp32
         columns (inline tcgen05.ld, or the library's copy atom), rounded to fp16 and stored straight
         to C (4 bytes per lane, lanes paired by row_pair_word), each store predicated on its token
-        row being below M. With jobs="stream", a part of a cut tile stores its fp32 columns in its
-        workspace slot instead, releases the accumulator, counts itself in, and if it counted last,
-        adds every part's slot in part order and stores that to C. Waits on: the accumulator's full
-        barrier. Signals: the accumulator's empty barrier of the leader."""
+        row being below M. With jobs="stream", a part of a cut tile goes through _cut_part. Waits
+        on: the accumulator's full barrier. Signals: the accumulator's empty barrier of the leader."""
         lane = cute.arch.lane_idx()
         odd = lane % 2
         lane_address = acc_tmem_ptr.toint() + ((32 * warp_idx) << 16)  # TMEM address: lane << 16 | column
         load_columns = self._tmem_load_atoms(acc_tmem_ptr, warp_idx)
-        split = self.config.jobs == "stream"
         tiles, begin, end = walk
         acc_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, ACC_STAGES)
         for t in range(begin, end):
             g, n0, t0, m_end, n = tiles[t, 0], tiles[t, 1], tiles[t, 2], tiles[t, 4], tiles[t, 5]
             rows = (n0 + CTA_WEIGHT_ROWS * cta_in_worker + 32 * warp_idx + lane, m_end, n, select_by_group(g, args.c))
             chunks = (m_end - t0 + EPILOGUE_COLUMNS - 1) // EPILOGUE_COLUMNS
+            accumulator = (lane_address + acc_state.index * ACC_STAGE_COLUMNS, acc_state.index, load_columns)
+
             # A pair's second CTA holds rows past N when N is an odd multiple of 128: no stores.
             has_rows = n0 + CTA_WEIGHT_ROWS * cta_in_worker < n
             acc_pipeline.consumer_wait(acc_state)
             _tcgen05_fence("after_thread_sync")  # the MMAs that wrote this accumulator are done
-            if has_rows:
-                for chunk in range(chunks):
-                    if cutlass.const_expr(self.config.epilogue == "ptx"):
-                        values = _tmem_load_32_columns(
-                            lane_address + acc_state.index * ACC_STAGE_COLUMNS + EPILOGUE_COLUMNS * chunk
-                        )
+            if cutlass.const_expr(self.config.jobs == "stream"):
+                if tiles[t, 9] > 1:
+                    if has_rows:
+                        self._cut_part(acc_pipeline, acc_state, accumulator, args, tiles, t, chunks, rows, odd, warp_idx,
+                                       lane, cta_in_worker)
                     else:
-                        values = load_columns(acc_state.index, chunk)
-                    if cutlass.const_expr(split):
-                        if tiles[t, 9] == 1:
-                            self._store_rows(values, t0 + EPILOGUE_COLUMNS * chunk, rows, odd)
-                        else:
-                            slot = self._partial_address(args, tiles[t, 11] + tiles[t, 10], chunk, warp_idx, lane, cta_in_worker)
-                            for q in cutlass.range_constexpr(EPILOGUE_COLUMNS // 4):
-                                store_f32x4(slot + q * CTA_WEIGHT_ROWS * 16, values[4 * q : 4 * q + 4])
-                    else:
-                        self._store_rows(values, t0 + EPILOGUE_COLUMNS * chunk, rows, odd)
-            _tcgen05_fence("before_thread_sync")  # this warp's TMEM loads precede the release
-            with cute.arch.elect_one():
-                acc_pipeline.consumer_release(acc_state)
+                        self._release(acc_pipeline, acc_state)
+                else:
+                    if has_rows:
+                        for chunk in range(chunks):
+                            self._store_rows(self._columns(accumulator, chunk), t0 + EPILOGUE_COLUMNS * chunk, rows, odd)
+                    self._release(acc_pipeline, acc_state)
+            else:
+                if has_rows:
+                    for chunk in range(chunks):
+                        self._store_rows(self._columns(accumulator, chunk), t0 + EPILOGUE_COLUMNS * chunk, rows, odd)
+                self._release(acc_pipeline, acc_state)
             acc_state.advance()
-            if cutlass.const_expr(split):
-                if has_rows and tiles[t, 9] > 1:
-                    self._sum_parts(args, tiles, t, chunks, rows, odd, warp_idx, lane, cta_in_worker)
+
+    def _columns(self, accumulator, chunk):
+        """The accumulator's 32 fp32 columns 32 * chunk .. of this lane's weight row; accumulator =
+        (this lane's TMEM address of the stage, the stage, the "atoms" epilogue's load or None)."""
+        address, stage, load_columns = accumulator
+        if cutlass.const_expr(self.config.epilogue == "ptx"):
+            return _tmem_load_32_columns(address + EPILOGUE_COLUMNS * chunk)
+        return load_columns(stage, chunk)
+
+    @cute.jit
+    def _release(self, acc_pipeline, acc_state):
+        _tcgen05_fence("before_thread_sync")  # this warp's TMEM loads precede the release
+        with cute.arch.elect_one():
+            acc_pipeline.consumer_release(acc_state)
+
+    @cute.jit
+    def _cut_part(self, acc_pipeline, acc_state, accumulator, args, tiles, t, chunks, rows, odd, warp_idx, lane, cta_in_worker):
+        """One part of a cut tile (jobs="stream"; record t). The tile's sum is, per value, always
+        (((-0.0 + partial 1) + partial 2) + ...) + partial 0 (-0.0 adds exactly, signed zeros too): the
+        same bits whichever part finishes last. Part 0, the schedule's last part of the tile in time,
+        first peeks at the count: if every other part has counted in, it adds their partials to its
+        own accumulator and stores C, writing nothing. Otherwise the part stores its partial in its
+        slot, releases the accumulator and counts in; the part that counts in last adds the slots."""
+        parts, part, first_slot = tiles[t, 9], tiles[t, 10], tiles[t, 11]
+        t0 = tiles[t, 2]
+        counter = args.partial_counts + (
+            cutlass.Int64(first_slot * self.cta_group + cta_in_worker) * len(EPILOGUE_WARPS) + warp_idx
+        ) * 4
+        slots = (args, first_slot, warp_idx, lane, cta_in_worker)
+        total = cute.make_rmem_tensor(cute.make_layout(EPILOGUE_COLUMNS), ACC_DTYPE)
+        others_in = cutlass.Boolean(False)
+        if part == 0:
+            others_in = peek_count(counter) == parts - 1
+        if others_in:
+            for chunk in range(chunks):
+                self._add_partials(total, slots, parts, chunk)
+                own = self._columns(accumulator, chunk)
+                for i in cutlass.range_constexpr(EPILOGUE_COLUMNS):
+                    total[i] = total[i] + own[i]
+                self._store_rows([total[i] for i in range(EPILOGUE_COLUMNS)], t0 + EPILOGUE_COLUMNS * chunk, rows, odd)
+            self._release(acc_pipeline, acc_state)
+            reset_count(counter, lane)
+        else:
+            for chunk in range(chunks):
+                own = self._columns(accumulator, chunk)
+                for q in cutlass.range_constexpr(EPILOGUE_COLUMNS // 4):
+                    store_f32x4(self._slot(slots, part, chunk) + q * CTA_WEIGHT_ROWS * 16, own[4 * q : 4 * q + 4])
+            self._release(acc_pipeline, acc_state)
+            if count_in(counter, lane) == parts - 1:
+                for chunk in range(chunks):
+                    self._add_partials(total, slots, parts, chunk)
+                    last = [load_f32x4(self._slot(slots, 0, chunk) + q * CTA_WEIGHT_ROWS * 16) for q in range(EPILOGUE_COLUMNS // 4)]
+                    for i in cutlass.range_constexpr(EPILOGUE_COLUMNS):
+                        total[i] = total[i] + last[i // 4][i % 4]
+                    self._store_rows([total[i] for i in range(EPILOGUE_COLUMNS)], t0 + EPILOGUE_COLUMNS * chunk, rows, odd)
+                reset_count(counter, lane)
+
+    @cute.jit
+    def _add_partials(self, total, slots, parts, chunk):
+        """total = (-0.0 + partial 1) + ... + partial (parts - 1), the chunk's 32 columns of each, in
+        part order; each part's 8 loads issue before its adds."""
+        total.fill(-0.0)
+        for p in cutlass.range_constexpr(1, STREAM_MAX_PARTS):
+            if p < parts:
+                quads = [load_f32x4(self._slot(slots, p, chunk) + q * CTA_WEIGHT_ROWS * 16) for q in range(EPILOGUE_COLUMNS // 4)]
+                for i in cutlass.range_constexpr(EPILOGUE_COLUMNS):
+                    total[i] = total[i] + quads[i // 4][i % 4]
 
     @cute.jit
     def _store_rows(self, values, first_row, rows, odd):
@@ -1897,39 +1973,17 @@ class Sm100GroupedGemm:
             word = row_pair_word(pack_f16x2(values[2 * p], values[2 * p + 1]), odd, 1)
             store_words_if(address + cutlass.Int64(2 * p) * n * 2, (word,), rows_left, 2 * p, 0)
 
-    def _partial_address(self, args, slot, chunk, warp_idx, lane, cta_in_worker):
-        """Where this lane's 4 columns 32 * chunk + 4q .. + 3 of a CTA's partial sit in workspace slot
-        `slot`, for q = 0 (q adds CTA_WEIGHT_ROWS * 16 bytes): a slot holds each CTA's 128 rows x 128
-        columns of fp32, ordered (column // 4, row, column % 4), so a warp's 16-byte accesses to 4
-        columns are 512 contiguous bytes."""
-        cta_slot = slot * self.cta_group + cta_in_worker
+    def _slot(self, slots, part, chunk):
+        """Where this lane's 4 columns 32 * chunk + 4q .. + 3 of a CTA's partial of `part` sit, for
+        q = 0 (q adds CTA_WEIGHT_ROWS * 16 bytes); slots = (args, the tile's first slot, warp, lane,
+        CTA in the worker). A slot holds each CTA's 128 rows x 128 columns of fp32, ordered (column //
+        4, row, column % 4), so a warp's 16-byte accesses to 4 columns are 512 contiguous bytes."""
+        args, first_slot, warp_idx, lane, cta_in_worker = slots
+        cta_slot = (first_slot + part) * self.cta_group + cta_in_worker
         column_quads = chunk * (EPILOGUE_COLUMNS // 4)
         return args.workspace + (
             cutlass.Int64(cta_slot) * PARTIAL_CTA_BYTES + (column_quads * CTA_WEIGHT_ROWS + 32 * warp_idx + lane) * 16
         )
-
-    @cute.jit
-    def _sum_parts(self, args, tiles, t, chunks, rows, odd, warp_idx, lane, cta_in_worker):
-        """After this warp stored its part of tile record t: count in; the part that counts last
-        adds the tile's slots in part order (the same sum whichever part finished last) and stores
-        it to C, then clears the count for the next call."""
-        parts, first_slot = tiles[t, 9], tiles[t, 11]
-        counter = args.partial_counts + (
-            cutlass.Int64(first_slot * self.cta_group + cta_in_worker) * len(EPILOGUE_WARPS) + warp_idx
-        ) * 4
-        if count_in(counter, lane) == parts - 1:
-            total = cute.make_rmem_tensor(cute.make_layout(EPILOGUE_COLUMNS), ACC_DTYPE)
-            for chunk in range(chunks):
-                total.fill(0.0)
-                for part in cutlass.range_constexpr(STREAM_MAX_PARTS):
-                    if part < parts:
-                        slot = self._partial_address(args, first_slot + part, chunk, warp_idx, lane, cta_in_worker)
-                        for q in cutlass.range_constexpr(EPILOGUE_COLUMNS // 4):
-                            quad = load_f32x4(slot + q * CTA_WEIGHT_ROWS * 16)
-                            for j in cutlass.range_constexpr(4):
-                                total[4 * q + j] = total[4 * q + j] + quad[j]
-                self._store_rows([total[i] for i in range(EPILOGUE_COLUMNS)], tiles[t, 2] + EPILOGUE_COLUMNS * chunk, rows, odd)
-            reset_count(counter, lane)
 
     def _tmem_load_atoms(self, acc_tmem_ptr, warp_idx):
         """The "atoms" epilogue's TMEM load, as NVIDIA's example builds it: the widest variant's

@@ -243,24 +243,19 @@ def test_h200_stream_schedule_writes_every_output_once(name):
         assert (writes == 1).all()
 
 
-def test_b200_stream_evens_the_pairs_where_tiles_do_not():
-    """Benchmark 1's 176 tiles of 28 k-tiles on 74 pairs: whole tiles give the busiest pair 84 k-tiles
-    (3 tiles) against a mean of 66.6, stream-K 67; benchmark 3's 60 tiles of 16 leave 14 pairs idle,
-    stream-K keeps all 74 busy with at most 14 k-tiles. Where whole tiles are already even
-    (benchmarks 2 and 4) nothing is cut: a part costs its partial's round trip."""
+def test_b200_stream_cuts_only_where_it_pays():
+    """Few long tiles on many pairs (2 groups of 1 and 2 weight blocks, K 7-8k: 3 tiles for 74 pairs)
+    are cut into parts that fill the pairs; on the board's benchmarks whole tiles leave the busiest
+    pair at most 25% above what cutting would (STREAM_MIN_GAIN): nothing is cut there."""
     stream = dataclasses.replace(submission.SM100_SHIPPED, jobs="stream")
-    busiest = {}
-    for name, expected in (("benchmarks0", 67), ("benchmarks1", None), ("benchmarks2", 14), ("benchmarks3", None)):
-        sizes = SHAPES[name]
-        records, offsets = submission.sm100_schedule(sizes, 74, stream)
-        cut = check_parts(sizes, records, offsets, submission.K_TILE)
-        steps = [sum((r[6] - r[8]) // submission.K_TILE for r in records[b:e]) for b, e in offsets]
-        if expected is None:
-            assert cut == 0 and records == submission.sm100_schedule(sizes, 74, submission.SM100_SHIPPED)[0]
-        else:
-            assert cut > 0 and len(offsets) == 74 and max(steps) == expected
-        busiest[name] = max(steps)
-    assert busiest["benchmarks0"] < 84 and busiest["benchmarks2"] < 16
+    sizes = [(40, 256, 8192), (100, 512, 7168)]
+    records, offsets = submission.sm100_schedule(sizes, 74, stream)
+    assert check_parts(sizes, records, offsets, submission.K_TILE) == 3 and len(offsets) > 3
+    steps = [sum((r[6] - r[8]) // submission.K_TILE for r in records[b:e]) for b, e in offsets]
+    assert max(steps) <= 0.75 * 32
+    for name in ("benchmarks0", "benchmarks1", "benchmarks2", "benchmarks3"):
+        records, _ = submission.sm100_schedule(SHAPES[name], 74, stream)
+        assert records == submission.sm100_schedule(SHAPES[name], 74, submission.SM100_SHIPPED)[0], name
 
 
 @pytest.mark.parametrize("cta_group", [2, 1])
