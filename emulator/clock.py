@@ -13,9 +13,8 @@
   sync_ops.py, AsyncOp.deliver) and the warp resumes `wake_latency` later. In this mode a failed
   `mbarrier.try_wait` suspends the warp as the hardware does, until the phase completes or the ISA's time
   limit (`try_wait_limit`) passes. `nanosleep.u32 t` advances the warp's time by t ns (the ISA allows [0,
-  2t]). A poll at a fixed point (machine.PollWait) is parked until its next pass would have issued, so that
-  it costs no time it would not have spent; when only such time limits are left and nothing changes, the
-  run is a hang.
+  2t]). A poll at a fixed point (machine.PollWait) goes on at once, under a time limit of zero: when only
+  such time limits are left and nothing changes, the run is a hang.
 - **Atomics and strong loads.** `atom` issues as a global load and its result is ready at the L2 latency
   (it is performed at L2), `red` as a global store; their bytes stay in L2 (no HBM traffic). A strong load
   (`.relaxed`, `.acquire`, `.volatile`) bypasses L1 (L1_BYPASS) and reads L2.
@@ -340,7 +339,8 @@ class Clock:
         self.cta_start: dict = {}
         self.cta_end: dict = {}
         self.first_pdl_wait: dict = {}  # cta -> time its first griddepcontrol.wait issued
-        self.idle_activity = None  # grid.activity() when only time limits were left to run
+        self.idle_activity = None  # grid.activity() when only time limits were left to run (_idle)
+        self.idle_woken: set = set()  # the warps whose time limits ran out since then
         # The lanes of one warp that issue the same TMA store together make one copy in time (the SASS
         # TMA instructions run on the uniform datapath, once per warp); the functional core performs each
         # lane's, which writes the same bytes.
@@ -417,14 +417,24 @@ class Clock:
                 continue
             if kind == TIMEOUT:
                 if not any(k != TIMEOUT for _, _, k, _, _ in self.queue):
-                    if self.idle_activity == grid.activity():
-                        self._hang("every live warp waits on a try_wait time limit or polls memory nothing "
-                                   "writes, and nothing else is pending")
-                    self.idle_activity = grid.activity()
+                    self._idle(warp)
                 self._unpark(warp)
             self._issue(warp, time)
         if any(not w.done for w in warps):
             self._hang("every live warp is blocked and no asynchronous work is pending")
+
+    def _idle(self, warp) -> None:
+        """Only time limits are left to run (try_waits', polls'), and `warp`'s ran out. A hang once every
+        warp under a limit has run out of it since anything last changed (`Grid.activity`), and this one
+        runs out again."""
+        activity = self.grid.activity()
+        if self.idle_activity != activity:
+            self.idle_activity, self.idle_woken = activity, set()
+        elif warp in self.idle_woken and all(w in self.idle_woken for _, _, _, w, ticket in self.queue
+                                             if ticket == w.clock_ticket and not w.done):
+            self._hang("every live warp waits on a try_wait time limit or polls memory nothing writes, and "
+                       "nothing else is pending")
+        self.idle_woken.add(warp)
 
     def _issue(self, warp, time: float) -> None:
         grid = self.grid
@@ -455,7 +465,7 @@ class Clock:
     # ---------------------------------------------------------------- blocking and waking
     @staticmethod
     def _keys(wait) -> list:
-        if isinstance(wait, PollWait):  # woken by its time limit (its next pass), or by the queue running dry
+        if isinstance(wait, PollWait):  # woken by its time limit alone
             return []
         ops = getattr(wait, "ops", None)
         if ops is not None:
@@ -472,8 +482,8 @@ class Clock:
             self.waiters.setdefault(id(key), {})[warp] = None
         self.blocked.add(warp)
         warp.clock_ticket += 1
-        if wait.spurious_ok:  # a try_wait's time limit, or a poll's next pass
-            limit = wait.period if isinstance(wait, PollWait) else self.machine.try_wait_limit
+        if wait.spurious_ok:  # a try_wait's time limit; a poll at a fixed point goes on at once (PollWait)
+            limit = 0.0 if isinstance(wait, PollWait) else self.machine.try_wait_limit
             self._push(warp.time + limit, TIMEOUT, warp, warp.clock_ticket)
 
     def _unpark(self, warp) -> None:

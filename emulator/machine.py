@@ -157,16 +157,16 @@ class Yield(Wait):
 class PollWait(Wait):
     """A warp polling memory that another agent writes, found at a fixed point: back at the same strong load
     with the same registers and lanes, and nothing written to memory and no synchronization event anywhere
-    (`Grid.activity`) since its previous pass, it can only repeat that pass (isa/memory_ops.py). It waits
-    until something changes. The timed mode wakes it when its next pass would have issued, `period` cycles
-    after this one, so that parking changes no time; only a grid where nothing else can happen is a hang."""
+    (`Grid.activity`) since its previous pass, it can only repeat that pass (isa/memory_ops.py). The eager
+    and adversarial schedulers park it until something changes. The timed one lets it go on at once (its
+    spin is time: nothing shifts), under a time limit of zero, so that a grid left with nothing but such
+    limits, where nothing changes, is a hang."""
 
     spurious_ok = True
 
-    def __init__(self, grid: "Grid", activity: tuple, period: float, what: str):
+    def __init__(self, grid: "Grid", activity: tuple, what: str):
         self.grid = grid
         self.activity = activity
-        self.period = period
         self.what = what
 
     def ready(self) -> bool:

@@ -173,14 +173,14 @@ def poll(w, what: str):
     grid = w.cta.grid
     here = (w.last_index, grid.activity())
     previous = w.poll
-    w.poll = (here, w.regs.copy(), None if w.lane_pc is None else w.lane_pc.copy(), w.alive.copy(), w.time)
+    w.poll = (here, w.regs.copy(), None if w.lane_pc is None else w.lane_pc.copy(), w.alive.copy())
     if previous is None or previous[0] != here:
         return None
     if not np.array_equal(previous[1], w.regs) or not np.array_equal(previous[3], w.alive) \
             or (previous[2] is None) != (w.lane_pc is None) \
             or (w.lane_pc is not None and not np.array_equal(previous[2], w.lane_pc)):
         return POLLING
-    return ("wait", PollWait(grid, here[1], w.time - previous[4], what))
+    return ("wait", PollWait(grid, here[1], what))
 
 
 POLLING = ("wait", Yield("polling memory: nothing new since its previous pass"))
