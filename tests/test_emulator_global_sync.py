@@ -80,6 +80,10 @@ def f32(x: float) -> int:
     return int(np.array([x], np.float32).view(np.uint32)[0])
 
 
+def f64(x: float) -> int:
+    return int(np.array([x], np.float64).view(np.uint64)[0])
+
+
 @pytest.mark.parametrize("op, typ, initial, b, c, returned, left", [
     ("atom.global.add.u32", "u32", 0xFFFFFFFF, 2, 0, 0xFFFFFFFF, 1),  # wraps
     ("atom.global.add.s32", "s32", 5, 0xFFFFFFFD, 0, 5, 2),  # + (-3)
@@ -87,6 +91,7 @@ def f32(x: float) -> int:
     ("atom.global.add.f32", "f32", f32(1.5), f32(2.25), 0, f32(1.5), f32(3.75)),
     ("atom.global.add.f32", "f32", f32(2.0 ** -126), f32(-2.0 ** -127), 0, f32(2.0 ** -126), f32(2.0 ** -126)),
     ("atom.global.add.f32", "f32", f32(1.5 * 2.0 ** -126), f32(-2.0 ** -126), 0, f32(1.5 * 2.0 ** -126), 0),
+    ("atom.global.add.f64", "f64", f64(2.0 ** -1030), f64(2.0 ** -1030), 0, f64(2.0 ** -1030), f64(2.0 ** -1029)),
     ("atom.global.exch.b32", "b32", 11, 22, 0, 11, 22),
     ("atom.global.exch.b64", "b64", 1 << 50, 3, 0, 1 << 50, 3),
     ("atom.global.cas.b32", "b32", 4, 4, 9, 4, 9),  # compares equal: swaps
@@ -109,7 +114,8 @@ def f32(x: float) -> int:
 ])
 def test_atom_returns_the_old_value_and_leaves_the_operation(op, typ, initial, b, c, returned, left):
     """ISA 9.7.13.5's semantics per operation, on raw bits; `add.f32` on global memory flushes subnormal
-    inputs (-2^-127 adds nothing to 2^-126) and results (1.5 x 2^-126 - 2^-126 leaves +0.0)."""
+    inputs (-2^-127 adds nothing to 2^-126) and results (1.5 x 2^-126 - 2^-126 leaves +0.0); add.f64 keeps
+    its subnormals."""
     assert one_atom(op, typ, initial, b, c) == (returned, left)
 
 

@@ -37,7 +37,8 @@ def _flush_subnormal(x: np.float32) -> np.float32:
 
 
 def _operation(op: str, typ: str, flush: bool):
-    """(old bits, b bits, c bits) -> new bits, for one location of `typ`."""
+    """(old bits, b bits, c bits) -> new bits, for one location of `typ`; `flush`: a location in global
+    memory, where add.f32 flushes subnormals."""
     bits = np.dtype(TYPES[typ][1]).itemsize * 8
     mask = (1 << bits) - 1
     signed = typ.startswith("s")
@@ -47,6 +48,7 @@ def _operation(op: str, typ: str, flush: bool):
 
     if op == "add" and typ in ("f32", "f64"):
         dtype, unsigned = TYPES[typ]
+        flush = flush and typ == "f32"  # the ISA says so of add.f32 only
 
         def float_add(r, b, c):
             x, y = np.array([r, b], unsigned).view(dtype)
