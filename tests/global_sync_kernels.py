@@ -4,10 +4,11 @@ before cutlass): `python tests/global_sync_kernels.py CASE...` prints one JSON l
 
 - **split-K pair** (`splitk`): the protocol our kernels emit for split-K, as inline PTX. A grid of two 2-CTA
   clusters, 4 warps (128 threads) per CTA. CTA (2, 0, 0), of the second cluster, writes its partial tile
-  (128 x 4 fp32, one 16-byte vector per thread) to a workspace, `bar.sync 1, 128`, then one thread
+  (128 x 4 fp32, one `st.global.v4.f32` per thread) to a workspace, `bar.sync 1, 128`, then one thread
   `red.release.gpu.global.add.s32 [flag], 1`. CTA (0, 0, 0) polls with one thread (`ld.acquire.gpu.global.b32`,
-  `nanosleep.u32 20`), `bar.sync 1, 128`, adds the workspace to its own partial into `out`, and one thread
-  resets the flag (`st.relaxed.gpu.global.b32 [flag], 0`) for the next grid. The other two CTAs exit.
+  `nanosleep.u32 20`), `bar.sync 1, 128`, adds the workspace (`ld.global.v4.f32`) to its own partial into
+  `out`, and one thread resets the flag (`st.relaxed.gpu.global.b32 [flag], 0`) for the next grid. The other
+  two CTAs exit.
 - **NVIDIA's grid barrier** (`barrier`): `GlobalBarrier` of CUTLASS's CuTe DSL example
   `ampere/cooperative_launch.py` (the copy in FlashInfer's wheel data), the known-good side: arrivals by
   `atom.add.release.gpu.u32` (the last arrival flips the phase bit with a second one), waits by a spin on
@@ -85,8 +86,10 @@ def build_splitk() -> Built:
         asm(None, [address, v0, v1, v2, v3], "st.global.v4.f32 [$0], {$1, $2, $3, $4};", "l,f,f,f,f", loc, ip)
 
     @dsl_user_op
-    def load_f32(address: cutlass.Int64, *, loc=None, ip=None) -> cutlass.Float32:
-        return cutlass.Float32(asm(T.f32(), [address], "ld.global.f32 $0, [$1];", "=f,l", loc, ip))
+    def load_v4(address: cutlass.Int64, *, loc=None, ip=None) -> tuple:
+        vector = asm(llvm.StructType.get_literal([T.f32()] * 4), [address],
+                     "ld.global.v4.f32 {$0, $1, $2, $3}, [$4];", "=f,=f,=f,=f,l", loc, ip)
+        return tuple(cutlass.Float32(llvm.extractvalue(T.f32(), vector, [k], loc=loc, ip=ip)) for k in range(4))
 
     @dsl_user_op
     def release_flag(address: cutlass.Int64, *, loc=None, ip=None):
@@ -110,9 +113,7 @@ def build_splitk() -> Built:
         bidx, _, _ = cute.arch.block_idx()
         offset = tidx * VALUES_PER_THREAD * 4  # bytes: one 16-byte vector per thread
         if bidx == 2:  # the writer, in the second cluster
-            base = partial.toint() + offset
-            store_v4(workspace.toint() + offset, load_f32(base), load_f32(base + 4), load_f32(base + 8),
-                     load_f32(base + 12))
+            store_v4(workspace.toint() + offset, *load_v4(partial.toint() + offset))
             cute.arch.barrier(barrier_id=1, number_of_threads=TILE_THREADS)
             if tidx == 0:
                 release_flag(flag.toint())
@@ -121,11 +122,9 @@ def build_splitk() -> Built:
                 while acquire_flag(flag.toint()) != 1:
                     sleep()
             cute.arch.barrier(barrier_id=1, number_of_threads=TILE_THREADS)
-            for k in cutlass.range_constexpr(VALUES_PER_THREAD):
-                mine = load_f32(partial.toint() + TILE_THREADS * VALUES_PER_THREAD * 4 + offset + 4 * k)
-                theirs = load_f32(workspace.toint() + offset + 4 * k)
-                out_address = out.toint() + offset + 4 * k
-                asm(None, [out_address, mine + theirs], "st.global.f32 [$0], $1;", "l,f", None, None)
+            theirs = load_v4(workspace.toint() + offset)
+            mine = load_v4(partial.toint() + TILE_THREADS * VALUES_PER_THREAD * 4 + offset)
+            store_v4(out.toint() + offset, *(a + b for a, b in zip(mine, theirs)))
             if tidx == 0:
                 reset_flag(flag.toint())
 

@@ -522,9 +522,9 @@ def test_dsl_split_k_other_forms_pass(dsl_results, form, mode, seed):
 
 
 DSL_DEFECTS = {
-    "relaxed-red": ("race", ("st.global.v4.f32", "ld.global.f32")),
-    "relaxed-poll": ("race", ("st.global.v4.f32", "ld.global.f32")),
-    "no-poll": ("race", ("st.global.v4.f32", "ld.global.f32")),
+    "relaxed-red": ("race", ("st.global.v4.f32 [", "ld.global.v4.f32 {")),
+    "relaxed-poll": ("race", ("st.global.v4.f32 [", "ld.global.v4.f32 {")),
+    "no-poll": ("race", ("st.global.v4.f32 [", "ld.global.v4.f32 {")),
     "cta-scope": ("race", ("red.release.cta.global.add.s32", "morally strong")),
     "no-signal": ("hang", ("`ld.acquire.gpu.global.b32", "polling memory")),
 }
