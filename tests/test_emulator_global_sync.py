@@ -386,12 +386,13 @@ def test_a_poll_never_answered_is_a_hang_naming_the_poll(mode, sleep):
     assert "bar.sync 1: 32 of 64 threads arrived" in error.report
 
 
-def test_a_poll_whose_registers_change_is_not_parked():
+@pytest.mark.parametrize("mode", ["eager", "adversarial", "timed"])
+def test_a_poll_whose_registers_change_is_not_parked(mode):
     """A poll that counts its passes is not at a fixed point (its registers differ each time): unanswered,
-    it runs until the step budget, whose report names it."""
+    it runs until the step budget (in the timed mode too), whose report names it."""
     body = protocol(release="// no signal").replace("@%p4 nanosleep.u32 100;", "add.u32 %r9, %r9, 1;")
     with pytest.raises(HangError) as caught:
-        handover(body, step_budget=5_000)
+        handover(body, mode, 1, step_budget=5_000)
     assert caught.value.kind == "budget"
     assert "`ld.acquire.gpu.global.b32 %r7, [%rd4]`: polling memory: nothing new" in caught.value.report
 
