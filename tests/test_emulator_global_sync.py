@@ -200,6 +200,7 @@ RELEASES = {
     "fence.sc + st.relaxed": "fence.sc.gpu;\n\tst.relaxed.gpu.global.b32 [%rd4], 1;",
     "membar.gl + atom.exch": "membar.gl;\n\tatom.global.exch.b32 %r9, [%rd4], 1;",
     "fence.release + st.volatile": "fence.release.gpu;\n\tst.volatile.global.b32 [%rd4], 1;",
+    "generic red.release.sys": "red.release.sys.add.s32 [%rd4], 1;",
 }
 ACQUIRES = {
     "ld.acquire": LD_ACQUIRE,
