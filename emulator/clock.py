@@ -2,9 +2,9 @@
 *atomic* eager and adversarial ones). The core still says WHAT happens; this module only decides WHEN.
 
 - **One event queue.** Entries are (time, sequence, kind, payload): a warp ready to issue, an asynchronous
-  operation completing (async_ops.AsyncOp), or a try_wait's time limit running out. The globally earliest
-  entry always runs next. A warp runs while its local time stays at or before the next entry's time (the
-  horizon), so no warp observes barrier state from another warp's future.
+  operation completing (async_ops.AsyncOp), or a time limit running out (a try_wait's, a parked poll's
+  next pass). The globally earliest entry always runs next. A warp runs while its local time stays at or
+  before the next entry's time (the horizon), so no warp observes barrier state from another warp's future.
 - **Issue costs** are per instruction index, looked up once per kernel from the machine description
   (`instruction_costs`): a warp's time advances by its instruction's class cost; handlers compute no
   latency.
@@ -12,10 +12,15 @@
   parks the warp under what it waits on; the core calls `wake(key)` when that completes (machine.py,
   sync_ops.py, AsyncOp.deliver) and the warp resumes `wake_latency` later. In this mode a failed
   `mbarrier.try_wait` suspends the warp as the hardware does, until the phase completes or the ISA's time
-  limit (`try_wait_limit`) passes.
-- **The SM's shared pipes.** A global load or store holds the SM's load/store unit one cycle per 128-byte
-  line its lanes touch (`lsu_cycles_per_line`: a scattered store of 32 lanes costs 32 cycles, a coalesced
-  one 1), and waits for it; ALU instructions issued while the SM's tensor pipe executes cost
+  limit (`try_wait_limit`) passes. `nanosleep.u32 t` advances the warp's time by t ns (the ISA allows [0,
+  2t]). A poll at a fixed point (machine.PollWait) goes on at once, under a time limit of zero: when only
+  such time limits are left and nothing changes, the run is a hang.
+- **Atomics and strong loads.** `atom` issues as a global load and its result is ready at the L2 latency
+  (it is performed at L2), `red` as a global store; their bytes stay in L2 (no HBM traffic). A strong load
+  (`.relaxed`, `.acquire`, `.volatile`) bypasses L1 (L1_BYPASS) and reads L2.
+- **The SM's shared pipes.** A global load, store or atomic holds the SM's load/store unit one cycle per
+  128-byte line its lanes touch (`lsu_cycles_per_line`: a scattered store of 32 lanes costs 32 cycles, a
+  coalesced one 1), and waits for it; ALU instructions issued while the SM's tensor pipe executes cost
   `alu_cost_factor_tensor_busy` times their cost (Hopper's wgmma reads and writes its accumulator in the
   register file; 1 on the B200, whose tcgen05 accumulates in tensor memory).
 - **Asynchronous units.** TMA loads: latency (a miss's grows with HBM's load: `loaded_latency`), then bytes
@@ -45,6 +50,7 @@ from collections import OrderedDict, deque
 import numpy as np
 
 from .errors import EmulatorError, HangError
+from .machine import PollWait
 from .ptx import _registers
 
 RUN, EVENT, TIMEOUT = 0, 1, 2
@@ -66,6 +72,11 @@ def cost_class(instr) -> str:
             return "cost_param"
         return "cost_global_load"
     if op.split(".")[0] == "st":
+        return "cost_shared" if ".shared" in op else "cost_global_store"
+    if op.split(".")[0] == "atom":
+        # performed at L2 (or in shared memory); its result is a load's: ready at the L2 latency
+        return "cost_shared" if ".shared" in op else "cost_global_load"
+    if op.split(".")[0] == "red":
         return "cost_shared" if ".shared" in op else "cost_global_store"
     if op.startswith("stmatrix"):
         return "cost_shared"
@@ -135,13 +146,14 @@ L1_BYPASS = ("cg", "cv", "volatile", "relaxed", "acquire", "L1::no_allocate", "m
 
 
 def lsu_address_reader(instr, program):
-    """For a load or store of global memory (or generic, which may be global): warp -> per-lane addresses;
-    else None. Such a request takes the SM's load/store unit one cycle per 128-byte line it touches."""
+    """For a load, store or atomic of global memory (or generic, which may be global): warp -> per-lane
+    addresses; else None. Such a request takes the SM's load/store unit one cycle per 128-byte line it
+    touches."""
     from .isa.memory_ops import address_reader, space_of
 
-    if instr.family not in ("ld", "ldu", "st") or space_of(instr) not in ("global", "generic"):
+    if instr.family not in ("ld", "ldu", "st", "atom", "red") or space_of(instr) not in ("global", "generic"):
         return None
-    operand = instr.operands[0 if instr.family == "st" else 1] if len(instr.operands) >= 2 else None
+    operand = instr.operands[0 if instr.family in ("st", "red") else 1] if len(instr.operands) >= 2 else None
     if operand is None or operand.kind != "addr":
         return None
     return address_reader(program, operand)
@@ -149,7 +161,7 @@ def lsu_address_reader(instr, program):
 
 def l1_address_reader(instr, program):
     """For a load that may hit L1 (global or generic, cached): warp -> per-lane addresses; else None."""
-    if instr.family == "st" or any(m in L1_BYPASS for m in instr.modifiers):
+    if instr.family not in ("ld", "ldu") or any(m in L1_BYPASS for m in instr.modifiers):
         return None
     return lsu_address_reader(instr, program)
 
@@ -310,7 +322,7 @@ class Clock:
         # inputs: a first read comes from DRAM)
         self.l2_lines: set = set()
         self.store_bytes = [global_store_bytes(i) for i in program.kernel.instructions]
-        self.pdl_wait = [i.opcode.startswith("griddepcontrol.wait") for i in program.kernel.instructions]
+        self.issue_hooks = [self._issue_hook(i, program) for i in program.kernel.instructions]
         self.queue: list = []
         self.sequence = 0
         self.current = None  # the warp issuing now
@@ -327,7 +339,8 @@ class Clock:
         self.cta_start: dict = {}
         self.cta_end: dict = {}
         self.first_pdl_wait: dict = {}  # cta -> time its first griddepcontrol.wait issued
-        self.idle_progress = None
+        self.idle_activity = None  # grid.activity() when only time limits were left to run (_idle)
+        self.idle_woken: set = set()  # the warps whose time limits ran out since then
         # The lanes of one warp that issue the same TMA store together make one copy in time (the SASS
         # TMA instructions run on the uniform datapath, once per warp); the functional core performs each
         # lane's, which writes the same bytes.
@@ -404,14 +417,24 @@ class Clock:
                 continue
             if kind == TIMEOUT:
                 if not any(k != TIMEOUT for _, _, k, _, _ in self.queue):
-                    if self.idle_progress == grid.progress:
-                        self._hang("every live warp waits on a try_wait time limit and nothing else "
-                                   "is pending")
-                    self.idle_progress = grid.progress
+                    self._idle(warp)
                 self._unpark(warp)
             self._issue(warp, time)
         if any(not w.done for w in warps):
             self._hang("every live warp is blocked and no asynchronous work is pending")
+
+    def _idle(self, warp) -> None:
+        """Only time limits are left to run (try_waits', polls'), and `warp`'s ran out. A hang once every
+        warp under a limit has run out of it since anything last changed (`Grid.activity`), and this one
+        runs out again."""
+        activity = self.grid.activity()
+        if self.idle_activity != activity:
+            self.idle_activity, self.idle_woken = activity, set()
+        elif warp in self.idle_woken and all(w in self.idle_woken for _, _, _, w, ticket in self.queue
+                                             if ticket == w.clock_ticket and not w.done):
+            self._hang("every live warp waits on a try_wait time limit or polls memory nothing writes, and "
+                       "nothing else is pending")
+        self.idle_woken.add(warp)
 
     def _issue(self, warp, time: float) -> None:
         grid = self.grid
@@ -442,6 +465,8 @@ class Clock:
     # ---------------------------------------------------------------- blocking and waking
     @staticmethod
     def _keys(wait) -> list:
+        if isinstance(wait, PollWait):  # woken by its time limit alone
+            return []
         ops = getattr(wait, "ops", None)
         if ops is not None:
             return [op for op in ops if not op.delivered]
@@ -457,8 +482,9 @@ class Clock:
             self.waiters.setdefault(id(key), {})[warp] = None
         self.blocked.add(warp)
         warp.clock_ticket += 1
-        if wait.spurious_ok:
-            self._push(warp.time + self.machine.try_wait_limit, TIMEOUT, warp, warp.clock_ticket)
+        if wait.spurious_ok:  # a try_wait's time limit; a poll at a fixed point goes on at once (PollWait)
+            limit = 0.0 if isinstance(wait, PollWait) else self.machine.try_wait_limit
+            self._push(warp.time + limit, TIMEOUT, warp, warp.clock_ticket)
 
     def _unpark(self, warp) -> None:
         self.blocked.discard(warp)
@@ -553,8 +579,22 @@ class Clock:
             latency = max(latency, arrival - now)
         return latency
 
-    def griddepcontrol_wait(self, warp) -> None:
-        self.first_pdl_wait.setdefault(warp.cta, warp.time)
+    def _issue_hook(self, instr, program):
+        """What an instruction does to time when it issues, besides its cost: (warp, lanes) -> None, or
+        None."""
+        if instr.opcode.startswith("griddepcontrol.wait"):
+            return lambda warp, mask: self.first_pdl_wait.setdefault(warp.cta, warp.time)
+        if instr.family == "nanosleep":
+            requested = program.reader(instr.operands[0], "u32")
+            return lambda warp, mask: self.sleep(warp, requested(warp)[mask])
+        return None
+
+    def sleep(self, warp, requested_ns) -> None:
+        """nanosleep (PTX ISA 9.7.19.2): the warp sleeps about t ns, at most 1 ms; the ISA allows [0, 2t] and
+        lets the warp's sleeping lanes wake together: the warp sleeps its lanes' shortest t, in cycles at
+        the machine's clock."""
+        nanoseconds = min(int(requested_ns.min()), 1_000_000)
+        warp.time += self.machine.cycles(nanoseconds / 1000.0)
 
     # ---------------------------------------------------------------- asynchronous units
     def schedule(self, op) -> None:

@@ -16,6 +16,21 @@ event site); the scheduler does not know this module exists. Nothing here change
   `tcgen05.commit`'s arrive releases the tensor pipe's work issued before it; `bar.sync`/`bar.arrive` (the
   waiting warps acquire every arrival of the generation); `barrier.cluster.arrive`/`wait`;
   `cp.async.bulk.wait_group` acquires the store groups it waited for.
+- **Synchronization through memory** (ISA 8.8 release and acquire patterns, 8.9.2 observation order, 8.9.4
+  synchronizes-with). Strong accesses (`.relaxed`, `.acquire`, `.release`, `.volatile`, `.mmio` loads and
+  stores; every atom and red; memory_ops.MemoryOrder) of one location (an address, in global or one CTA's
+  shared memory) form its release sequence: {(releasing CTA, scope): vector clock}. A write publishes what
+  its warp releases: its own clock if it is a release operation (st.release, atom/red .release or
+  .acq_rel), and the clock of the warp's latest release fence (fence.sc, fence.acq_rel, fence.release,
+  membar) before it, whatever its own semantics; an atomic write keeps what others published there (a
+  read-modify-write continues the sequence), any other write replaces it. A read observes what the
+  location holds: an acquire operation (ld.acquire, atom .acquire/.acq_rel) joins it into its warp's clock
+  at once; any other strong read keeps it until the warp's next acquire fence (fence.sc, fence.acq_rel,
+  fence.acquire, membar) joins it (red reads nothing: its read forms no acquire pattern). A publication
+  reaches a reader only where the two are morally strong (8.7): the narrowest scope on the way (release
+  fence, write, read, acquire fence) includes both threads (`.cta`: same CTA, `.cluster`: same cluster,
+  `.gpu` and `.sys`: the grid). Strong accesses that are morally strong do not race with each other; a weak
+  access and a strong one, or two weak ones, race as any pair does.
 - **Proxies.** Shared memory written through the generic proxy (st.shared, stmatrix, tcgen05.alloc's
   address) and then accessed through the async proxy (a TMA store reading it, an MMA or tcgen05.cp reading
   it, a TMA load overwriting it) needs, besides happens-before, a `fence.proxy.async` executed by the
@@ -31,11 +46,19 @@ event site); the scheduler does not know this module exists. Nothing here change
   ordered before the later (or, across proxies, ordered without the fence). It is an EmulatorError of kind
   "race" raised at the second access, naming both PTX lines, both agents, the address and the missing order.
 
-Not seen: races inside a warp; reads of global memory by TMA loads (TMA stores' writes and warps' loads and
-stores are seen);
+Not seen: races inside a warp (its lanes are one agent: a release or acquire by one lane counts for the
+whole warp); reads of global memory by TMA loads (TMA stores' writes and warps' loads and stores are seen);
 a third concurrent reader of one granule (two slots); `tcgen05.fence::before_thread_sync/after_thread_sync`
-and `tcgen05.wait::ld/st` (NVIDIA's epilogue has neither, DESIGN.md); `.relaxed`/`.release` qualifiers
-(every arrive releases, every successful wait acquires).
+and `tcgen05.wait::ld/st` (NVIDIA's epilogue has neither, DESIGN.md); `.relaxed`/`.release` qualifiers of
+mbarrier operations (every arrive releases, every successful wait acquires). Of the memory model: the
+second release form (a release operation on M, then a strong write of M, continues the release: here the
+strong write publishes only the warp's release fences) and the second acquire form (a strong read of M,
+then an acquire operation on M: here the acquire joins what M holds when it reads); fence.sc's total
+order (it is taken as fence.acq_rel: store-buffering outcomes are not looked for); `.sync_restrict`
+fences, `red.async`, `mbarrier`'s own `.release`/`.acquire` scopes; mixed-size and partially overlapping
+strong accesses (a location is its first byte's address); `.gpu` and `.sys` are one scope (one GPU). A
+strong location sharing a 16-byte granule with weakly accessed data of another agent is reported as a
+race with that data (the shadow's granule).
 """
 
 from __future__ import annotations
@@ -46,6 +69,7 @@ import numpy as np
 
 from .errors import EmulatorError
 
+CLUSTER, GPU = 2, 3  # memory_ops.SCOPES' codes of .cluster and .gpu
 GRANULE = 16  # bytes of shared and global memory per shadow entry
 TMEM_QUARTER = 32  # tensor memory lanes per shadow entry (a warp's tcgen05.ld reaches one quarter)
 TMEM_COLUMNS = 512
@@ -60,16 +84,22 @@ class RaceError(EmulatorError):
 
 class Agent:
     """A warp or an asynchronous unit: its id and vector clock {agent id: clock} (its own entry is its
-    clock). `fences` are the clocks of its fence.proxy.async, `init_fences` of its fence.mbarrier_init."""
+    clock). `proxy_fences` are the clocks of its fence.proxy.async, `init_fences` of its fence.mbarrier_init.
+    A warp's `cta` decides what its scopes include; `released` ({scope: vector clock}) is what its latest
+    release fence of each scope released, for a later strong write to publish; `observed` ({(releaser's
+    CTA, scope): vector clock}) what its strong reads found published since its last acquire fence."""
 
-    __slots__ = ("id", "label", "vc", "proxy_fences", "init_fences")
+    __slots__ = ("id", "label", "vc", "proxy_fences", "init_fences", "cta", "released", "observed")
 
-    def __init__(self, ident: int, label: str):
+    def __init__(self, ident: int, label: str, cta=None):
         self.id = ident
         self.label = label
         self.vc = {ident: 1}
         self.proxy_fences: list = []
         self.init_fences: list = []
+        self.cta = cta
+        self.released: dict = {}
+        self.observed: dict = {}
 
     def tick(self) -> None:
         self.vc[self.id] += 1
@@ -77,12 +107,14 @@ class Agent:
 
 class Access:
     """Who is accessing: an agent id, its clock at the access, the vector clock it has seen, a description
-    index (agent and PTX line) and whether it goes through the async proxy."""
+    index (agent and PTX line), whether it goes through the async proxy, and the scope of a strong access (0:
+    a weak one)."""
 
-    __slots__ = ("id", "clock", "vc", "desc", "asynchronous")
+    __slots__ = ("id", "clock", "vc", "desc", "asynchronous", "scope")
 
-    def __init__(self, ident, clock, vc, desc, asynchronous):
+    def __init__(self, ident, clock, vc, desc, asynchronous, scope=0):
         self.id, self.clock, self.vc, self.desc, self.asynchronous = ident, clock, vc, desc, asynchronous
+        self.scope = scope
 
 
 def join(into: dict, other: dict) -> None:
@@ -91,17 +123,26 @@ def join(into: dict, other: dict) -> None:
             into[k] = v
 
 
+def covers(scope: int, cta, other) -> bool:
+    """Does `scope` (memory_ops.SCOPES' code) of a thread in `cta` include the threads of `other` (ISA 8.5)?
+    One GPU: .gpu and .sys include every thread of the grid."""
+    return scope >= GPU or cta is other or (scope == CLUSTER and cta.cluster is other.cluster)
+
+
 class Shadow:
-    """Last write and two unordered reads per granule, as parallel arrays."""
+    """Last write and two unordered reads per granule, as parallel arrays; `*_scope` is a strong access's
+    scope (0 for a weak one)."""
 
     def __init__(self, n: int):
         self.w_agent = np.full(n, -1, np.int32)
         self.w_clock = np.zeros(n, np.int64)
         self.w_desc = np.zeros(n, np.int32)
         self.w_async = np.zeros(n, bool)
+        self.w_scope = np.zeros(n, np.int8)
         self.r_agent = np.full((2, n), -1, np.int32)
         self.r_clock = np.zeros((2, n), np.int64)
         self.r_desc = np.zeros((2, n), np.int32)
+        self.r_scope = np.zeros((2, n), np.int8)
 
 
 class HappensBefore:
@@ -117,17 +158,19 @@ class HappensBefore:
         self.barrier_state: dict = {}  # id(mbarrier) -> [current phase vc, completed vc, init (agent, clock, desc)]
         self.named: dict = {}  # id(named barrier) -> [vc, waiting agents]
         self.cluster: dict = {}  # (id(cluster barrier), generation) -> [vc, waiting agents, complete]
+        # a location's release sequence: (memory, address) -> {(releaser's CTA, scope): vector clock released}
+        self.locations: dict = {}
 
     # ------------------------------------------------------------------ agents and descriptions
-    def _new_agent(self, label: str) -> Agent:
-        agent = Agent(len(self.agents), label)
+    def _new_agent(self, label: str, cta=None) -> Agent:
+        agent = Agent(len(self.agents), label, cta)
         self.agents.append(agent)
         return agent
 
     def warp(self, w) -> Agent:
         agent = self.warp_agents.get(w)
         if agent is None:
-            agent = self.warp_agents[w] = self._new_agent(f"{w.label} ({w.role})")
+            agent = self.warp_agents[w] = self._new_agent(f"{w.label} ({w.role})", w.cta)
         return agent
 
     def _desc(self, agent_id: int, index: int) -> int:
@@ -138,9 +181,9 @@ class HappensBefore:
             self.descs.append((agent_id, _short(self.grid.program.where(index))))
         return d
 
-    def warp_access(self, w) -> Access:
+    def warp_access(self, w, scope: int = 0) -> Access:
         agent = self.warp(w)
-        return Access(agent.id, agent.vc[agent.id], agent.vc, self._desc(agent.id, w.last_index), False)
+        return Access(agent.id, agent.vc[agent.id], agent.vc, self._desc(agent.id, w.last_index), False, scope)
 
     def issue(self, w, unit: tuple, label: str) -> Access:
         """Warp `w` hands work to the asynchronous unit `unit` (a hashable key): the operation's Access.
@@ -163,14 +206,18 @@ class HappensBefore:
         self.stack.pop()
 
     # ------------------------------------------------------------------ memory
-    def shared(self, w, memory, offsets, nbytes: int, write: bool) -> None:
-        """A warp's generic-proxy access of `nbytes` at each of `offsets` in one CTA's shared memory."""
+    def shared(self, w, memory, offsets, nbytes: int, write: bool, order=None) -> None:
+        """A warp's generic-proxy access of `nbytes` at each of `offsets` in one CTA's shared memory; `order`:
+        a strong access's memory_ops.MemoryOrder."""
         offsets = np.asarray(offsets, np.int64)
         first = offsets // GRANULE
         last = (offsets + nbytes - 1) // GRANULE
         granules = np.unique(np.concatenate([first, last])) if (first != last).any() else np.unique(first)
-        self._access(self._shadow(memory, memory.size // GRANULE + 1), granules, self.warp_access(w), write,
+        self._access(self._shadow(memory, memory.size // GRANULE + 1), granules,
+                     self.warp_access(w, order.scope if order is not None else 0), write,
                      lambda g: f"shared 0x{(memory.rank << 24) | int(g) * GRANULE:x} (CTA rank {memory.rank})")
+        if order is not None:
+            self._synchronize(w, id(memory), offsets, nbytes, order)
 
     def shared_range(self, memory, offset: int, nbytes: int, write: bool) -> None:
         """The executing asynchronous operation's access of shared memory bytes [offset, offset + nbytes)."""
@@ -194,9 +241,13 @@ class HappensBefore:
                      lambda g: f"tensor memory lanes {int(g) // TMEM_COLUMNS * 32}..{int(g) // TMEM_COLUMNS * 32 + 31}"
                                f" column {int(g) % TMEM_COLUMNS}")
 
-    def global_lanes(self, w, addresses, nbytes: int, write: bool) -> None:
+    def global_lanes(self, w, addresses, nbytes: int, write: bool, order=None) -> None:
+        """A warp's access of `nbytes` at each of `addresses` in global memory; `order` as for `shared`."""
         addresses = np.asarray(addresses, np.int64)
-        self._global(addresses, addresses + nbytes, self.warp_access(w), write)
+        self._global(addresses, addresses + nbytes, self.warp_access(w, order.scope if order is not None else 0),
+                     write)
+        if order is not None:
+            self._synchronize(w, "global", addresses, nbytes, order)
 
     def global_writes(self, spans) -> None:
         """The executing asynchronous operation wrote global memory: (address, nbytes) pairs."""
@@ -256,10 +307,12 @@ class HappensBefore:
         w_agent = shadow.w_agent[granules]
         w_clock = shadow.w_clock[granules]
         bad = self._unordered(w_agent, w_clock, access)
+        if bad is not None and access.scope:
+            bad = self._not_morally_strong(bad, shadow.w_scope[granules], w_agent, access)
         if bad is not None:
             k = int(np.flatnonzero(bad)[0])
             self._report(where(granules[k]), ("write", int(shadow.w_desc[granules[k]])), (kind, access.desc),
-                         self._missing(access, int(w_agent[k]), int(w_clock[k])))
+                         self._missing(access, int(w_agent[k]), int(w_clock[k]), int(shadow.w_scope[granules[k]])))
         if access.asynchronous and proxies:
             self._proxy_check(shadow, granules, w_agent, w_clock, access, kind, where)
         if write:
@@ -267,14 +320,18 @@ class HappensBefore:
                 r_agent = shadow.r_agent[slot, granules]
                 r_clock = shadow.r_clock[slot, granules]
                 bad = self._unordered(r_agent, r_clock, access)
+                if bad is not None and access.scope:
+                    bad = self._not_morally_strong(bad, shadow.r_scope[slot, granules], r_agent, access)
                 if bad is not None:
                     k = int(np.flatnonzero(bad)[0])
                     self._report(where(granules[k]), ("read", int(shadow.r_desc[slot, granules[k]])),
-                                 (kind, access.desc), self._missing(access, int(r_agent[k]), int(r_clock[k])))
+                                 (kind, access.desc), self._missing(access, int(r_agent[k]), int(r_clock[k]),
+                                                                    int(shadow.r_scope[slot, granules[k]])))
             shadow.w_agent[granules] = access.id
             shadow.w_clock[granules] = access.clock
             shadow.w_desc[granules] = access.desc
             shadow.w_async[granules] = access.asynchronous
+            shadow.w_scope[granules] = access.scope
             shadow.r_agent[:, granules] = -1
         else:
             r_agent = shadow.r_agent[0, granules]
@@ -284,9 +341,20 @@ class HappensBefore:
                 shadow.r_agent[1, moved] = shadow.r_agent[0, moved]
                 shadow.r_clock[1, moved] = shadow.r_clock[0, moved]
                 shadow.r_desc[1, moved] = shadow.r_desc[0, moved]
+                shadow.r_scope[1, moved] = shadow.r_scope[0, moved]
             shadow.r_agent[0, granules] = access.id
             shadow.r_clock[0, granules] = access.clock
             shadow.r_desc[0, granules] = access.desc
+            shadow.r_scope[0, granules] = access.scope
+
+    def _not_morally_strong(self, bad, scopes, agents, access):
+        """`bad` (unordered earlier entries) less those that are morally strong with the strong `access`
+        (ISA 8.7: both strong, each one's scope including the other's thread): such pairs do not race."""
+        cta = self.agents[access.id].cta
+        for k in np.flatnonzero(bad & (scopes > 0)).tolist():
+            if covers(min(int(scopes[k]), access.scope), self.agents[int(agents[k])].cta, cta):
+                bad[k] = False
+        return bad if bad.any() else None
 
     def _proxy_check(self, shadow, granules, w_agent, w_clock, access, kind, where) -> None:
         """An async-proxy access after a generic-proxy write: the writer must have fenced in between."""
@@ -310,6 +378,69 @@ class HappensBefore:
         agent = self.warp(w)
         (agent.proxy_fences if kind == "proxy.async" else agent.init_fences).append(agent.vc[agent.id])
         agent.tick()
+
+    def memory_fence(self, w, order) -> None:
+        """A thread fence (fence.sc, fence.acq_rel, fence.acquire, fence.release; membar): its acquire side
+        makes what the warp's earlier strong reads observed visible to it; its release side is what the
+        warp's later strong writes publish (ISA 8.8: a strong read then an acquire fence is an acquire
+        pattern, a release fence then a strong write a release pattern)."""
+        agent = self.warp(w)
+        if order.sem != "release":
+            kept = {}
+            for key, vc in agent.observed.items():
+                if covers(min(key[1], order.scope), key[0], agent.cta):
+                    join(agent.vc, vc)
+                else:
+                    kept[key] = vc
+            agent.observed = kept
+        if order.sem != "acquire":
+            agent.released[order.scope] = dict(agent.vc)
+            agent.tick()
+
+    # ------------------------------------------------------------------ synchronization through memory
+    def _synchronize(self, w, space, starts, nbytes: int, order) -> None:
+        """A strong access of `nbytes` at each of `starts` in `space` (global, or a shared memory's id), one
+        location per `order.element` bytes (ISA 8.2.4), after its race check: reads observe the locations'
+        release sequences, writes extend them (ISA 8.9.2 observation order, 8.9.4 synchronizes-with)."""
+        agent = self.warp(w)
+        keys = {(space, a + e) for a in starts.tolist() for e in range(0, nbytes, order.element)}
+        if order.reads:
+            acquire = order.sem in ("acquire", "acq_rel")
+            for key in keys:
+                for (cta, scope), vc in self.locations.get(key, {}).items():
+                    scope = min(scope, order.scope)
+                    if not covers(scope, cta, agent.cta):
+                        continue  # not morally strong: no synchronization
+                    if acquire:
+                        join(agent.vc, vc)
+                    else:  # an acquire fence later in program order completes the pattern
+                        join(agent.observed.setdefault((cta, scope), {}), vc)
+        if order.writes:
+            released = {scope: vc for scope, vc in agent.released.items()}  # release fences before this write
+            if order.sem in ("release", "acq_rel"):
+                released[order.scope] = dict(agent.vc)
+            for key in keys:
+                self._publish(agent, key, released, order)
+            if order.sem in ("release", "acq_rel"):
+                agent.tick()
+
+    def _publish(self, agent: Agent, key, released: dict, order) -> None:
+        """A strong write of `key` by `agent`: an atomic one continues the location's release sequence (what
+        others released stays, where this operation's scope includes them); any other starts a new one. The
+        write adds what `agent` releases with it ({scope: vector clock})."""
+        sequence = {}
+        if order.atomic:
+            sequence = {k: vc for k, vc in self.locations.get(key, {}).items()
+                        if covers(min(k[1], order.scope), k[0], agent.cta)}
+        for scope, vc in released.items():
+            k = (agent.cta, min(scope, order.scope))
+            if k in sequence:
+                merged = dict(sequence[k])
+                join(merged, vc)
+                sequence[k] = merged
+            else:
+                sequence[k] = vc
+        self.locations[key] = sequence
 
     # ------------------------------------------------------------------ mbarriers
     def _barrier(self, barrier) -> list:
@@ -407,11 +538,15 @@ class HappensBefore:
             join(agent.vc, access.vc)
 
     # ------------------------------------------------------------------ reports
-    def _missing(self, access: Access, agent_id: int, clock: int) -> str:
+    def _missing(self, access: Access, agent_id: int, clock: int, earlier_scope: int = 0) -> str:
         other = self.agents[agent_id].label
-        return (f"no happens-before order: the later agent has seen {other} up to its clock "
+        text = (f"no happens-before order: the later agent has seen {other} up to its clock "
                 f"{access.vc.get(agent_id, 0)}, the earlier access is at clock {clock} (no barrier, mbarrier phase, "
-                "commit or bulk wait orders them)")
+                "commit, bulk wait or release/acquire pattern orders them)")
+        if earlier_scope and access.scope:
+            text += ("; both accesses are strong, but not morally strong: the scope of one does not include the "
+                     "other's thread (PTX ISA 8.7)")
+        return text
 
     def _report(self, where: str, earlier: tuple, later: tuple, missing: str) -> None:
         def side(kind, desc):

@@ -138,6 +138,44 @@ class AsyncOpsWait(Wait):
         return f"{self.instruction}: {sum(not op.delivered for op in self.ops)} {self.what} in flight"
 
 
+class Yield(Wait):
+    """A warp that lets the others run first and can go on at any time: a `nanosleep`, or a poll that found
+    nothing new since its previous pass (isa/memory_ops.py). The eager and adversarial schedulers take it up
+    again once no other warp can run, so that warps blocked on barriers completed meanwhile run first; the
+    timed scheduler at its own time (the sleep is time there, clock.py)."""
+
+    def __init__(self, what: str):
+        self.what = what
+
+    def ready(self) -> bool:
+        return True
+
+    def describe(self) -> str:
+        return self.what
+
+
+class PollWait(Wait):
+    """A warp polling memory that another agent writes, found at a fixed point: back at the same strong load
+    with the same registers and lanes, and nothing written to memory and no synchronization event anywhere
+    (`Grid.activity`) since its previous pass, it can only repeat that pass (isa/memory_ops.py). The eager
+    and adversarial schedulers park it until something changes. The timed one lets it go on at once (its
+    spin is time: nothing shifts), under a time limit of zero, so that a grid left with nothing but such
+    limits, where nothing changes, is a hang."""
+
+    spurious_ok = True
+
+    def __init__(self, grid: "Grid", activity: tuple, what: str):
+        self.grid = grid
+        self.activity = activity
+        self.what = what
+
+    def ready(self) -> bool:
+        return self.grid.activity() != self.activity
+
+    def describe(self) -> str:
+        return f"polling memory ({self.what}): nothing written and no synchronization since its previous pass"
+
+
 @dataclass
 class MBarrierWait(Wait):
     cta: "Cta"
@@ -292,3 +330,7 @@ class Grid:
                     self.ctas.append(cta)
         for cluster in self.clusters:
             cluster.ctas.sort(key=lambda c: c.rank)
+
+    def activity(self) -> tuple:
+        """What a poll loop can observe changing: synchronization events and writes to memory."""
+        return self.progress, self.global_memory.writes + sum(cta.shared.writes for cta in self.ctas)

@@ -39,11 +39,14 @@ WINDOW_MASK = 0xFF00_0000_0000_0000
 
 
 class GlobalMemory:
-    """Host memory registered by the launch: (address, size) regions, each with a NumPy byte view."""
+    """Host memory registered by the launch: (address, size) regions, each with a NumPy byte view. `writes`
+    counts the writes made through it, so that a warp polling memory can tell that nothing changed
+    (machine.PollWait)."""
 
     def __init__(self):
         self._starts: list[int] = []
         self._regions: list[tuple[int, int, np.ndarray]] = []
+        self.writes = 0
 
     def register(self, address: int, size: int, name: str = "") -> None:
         if size <= 0:
@@ -84,6 +87,7 @@ class GlobalMemory:
                                 f"write of {data.size} B at 0x{address:x}: {self.describe(address)}")
         start, view = r
         view[address - start:address - start + data.size] = data
+        self.writes += 1
 
     def lanes_read(self, addresses: np.ndarray, nbytes: int) -> np.ndarray:
         """Per lane, `nbytes` bytes at each address: (lanes, nbytes) uint8."""
@@ -100,6 +104,7 @@ class GlobalMemory:
 
     def lanes_write(self, addresses: np.ndarray, data: np.ndarray) -> None:
         """Per lane, write the row data[k] (uint8) at addresses[k], in lane order."""
+        self.writes += 1
         nbytes = data.shape[1]
         lo, hi = int(addresses.min()), int(addresses.max())
         r = self.region(lo, hi - lo + nbytes)
@@ -113,7 +118,8 @@ class GlobalMemory:
 
 
 class SharedMemory:
-    """One CTA's shared memory window: reserved bytes, static variables, then the dynamic array."""
+    """One CTA's shared memory window: reserved bytes, static variables, then the dynamic array. `writes`
+    counts the writes to it (see GlobalMemory)."""
 
     def __init__(self, rank: int, variables, dynamic_bytes: int):
         self.rank = rank
@@ -125,6 +131,7 @@ class SharedMemory:
             offset += dynamic_bytes if var.extern else var.size
         self.size = offset
         self.data = np.zeros(offset, np.uint8)
+        self.writes = 0
 
     def check(self, offset: int, nbytes: int, what: str) -> None:
         if offset < SHARED_RESERVED_BYTES or offset + nbytes > self.size:
@@ -140,6 +147,7 @@ class SharedMemory:
         data = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
         self.check(offset, data.size, "write")
         self.data[offset:offset + data.size] = data
+        self.writes += 1
 
 
 def split_shared(address: int) -> tuple[int, int]:

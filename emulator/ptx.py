@@ -211,7 +211,10 @@ def _parse_address(text: str, rename):
 
 _ENTRY = re.compile(r"\.(?:visible\s+|weak\s+)?\.?entry\s+([\w$]+)\s*\(", re.S)
 _SHARED = re.compile(r"(\.extern\s+)?\.shared\s+(?:\.align\s+(\d+)\s+)?\.(\w+)\s+([\w$]+)\s*\[(\d*)\]\s*;")
-_PARAM = re.compile(r"\.param\s+(?:\.align\s+(\d+)\s+)?\.(\w+)\s+([\w$]+)(?:\s*\[(\d+)\])?")
+# `.param [.align A] .type [.ptr [.space] [.align N]] name[[count]]`: the `.ptr` attributes of a pointer
+# parameter (ISA 5.1.6.1: the state space and alignment of what it points to) leave its own layout unchanged
+_PARAM = re.compile(r"\.param\s+(?:\.align\s+(\d+)\s+)?\.(\w+)\s+(?:\.ptr\s+(?:\.(?:global|shared|const|local)\s+)?"
+                    r"(?:\.align\s+\d+\s+)?)?([\w$]+)(?:\s*\[(\d+)\])?")
 
 
 def parse_module(text: str) -> dict:

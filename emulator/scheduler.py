@@ -4,14 +4,17 @@ the functional core, as gem5's atomic and timing modes share its memory interfac
 asynchronous operation completes).
 
 Each warp runs until it blocks (a `Wait`: an incomplete mbarrier phase, a `bar.sync` or
-`barrier.cluster.wait` not complete) or its time slice ends; then another runs. Eager mode runs ready warps
-round-robin with long slices; adversarial mode picks the next warp and the slice length at random from the
-run's seed.
+`barrier.cluster.wait` not complete, a poll at a fixed point) or yields (`nanosleep`, a poll that found
+nothing new: machine.Yield, taken up again once no other warp can run) or its time slice ends; then another
+runs. Eager mode runs ready warps round-robin with long slices; adversarial mode picks the next warp and the
+slice length at random from the run's seed.
 
 When no warp can run, pending asynchronous work is delivered (async_ops.py). If none is left, warps blocked
 in `mbarrier.try_wait` are woken once (a try_wait may return false after a time limit, ISA 9.7.13.15.16,
 and the code around it may do other work); if that changes nothing, every live warp is blocked for good:
-a hang, reported per CTA and warp with the role, the PTX line and the state of the barrier it waits on.
+a hang, reported per CTA and warp with the role, the PTX line and the state of the barrier it waits on
+(or the memory it polls: machine.PollWait, a poll that nothing will ever answer). A warp that spins without
+blocking, yielding or reaching a fixed point ends the run at the step budget, with the same report.
 """
 
 from __future__ import annotations

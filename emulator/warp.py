@@ -272,6 +272,7 @@ class Warp:
         self.wait = None  # a Wait while blocked
         self.last_index = 0  # the instruction last executed (for reports)
         self.failed_wait = None  # (pc, barrier, parity, progress) of the last failed try_wait (sync_ops.py)
+        self.poll = None  # the warp's state at its last strong load, to tell a poll at a fixed point (memory_ops.py)
         self.cluster_arrival = None  # barrier.cluster generation this warp arrived in, until it waits
         self.bulk_open = {}  # lane -> TMA stores not yet committed to a bulk group (bulk_copy.py)
         self.bulk_groups = {}  # lane -> committed bulk groups, oldest first
@@ -300,7 +301,7 @@ class Warp:
         steps, guards, aligned = program.steps, program.guards, program.aligned
         instructions = program.kernel.instructions
         if clock is not None:
-            costs, store_bytes, pdl_wait = clock.costs, clock.store_bytes, clock.pdl_wait
+            costs, store_bytes, issue_hooks = clock.costs, clock.store_bytes, clock.issue_hooks
             latencies, waits_on, writes, l1_loads = clock.latencies, clock.waits_on, clock.writes, clock.l1_addresses
             lsu, busy_costs = clock.lsu_addresses, clock.busy_costs
             tensor_pipe = clock.tensor_pipe(self)
@@ -356,8 +357,8 @@ class Warp:
                     clock.lsu_request(self, pc, exec_mask)
                 if store_bytes[pc]:
                     clock.stored(self, pc, int(exec_mask.sum()))
-                elif pdl_wait[pc]:
-                    clock.griddepcontrol_wait(self)
+                elif issue_hooks[pc] is not None and exec_mask.any():
+                    issue_hooks[pc](self, exec_mask)
                 for r in writes[pc]:
                     ready[r] = self.time + latency
                 self.time += busy_costs[pc] if tensor_pipe.free > self.time else costs[pc]

@@ -3,18 +3,67 @@
 PTX ISA 9.7.9.8 `ld`, 9.7.9.10 `st`, 9.7.9.21 `mapa`, 9.7.9.15 `prefetch{,.tensormap}`, 9.7.9.18
 `createpolicy`. State spaces and their addresses: memory.py. Cache operators, eviction priorities and L2
 cache hints are accepted and ignored (the emulator has no caches).
+
+Memory ordering (ISA chapter 8): a load or store with `.relaxed`, `.acquire`, `.release`, `.volatile` or
+`.mmio` is strong (8.4; `.volatile` is relaxed at system scope, 8.4.2). Its value is what the emulator's
+sequentially consistent memory holds, as for any access; with race detection on, the access is reported
+with its `MemoryOrder`, from which happens_before.py decides races (strong accesses do not race with each
+other) and synchronization (release and acquire patterns, 8.8). A strong load is also how a warp polls
+memory that another agent writes: see `poll`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..errors import EmulatorError
+from ..machine import PollWait, Yield
 from ..memory import (CTA_RANK_SHIFT, GENERIC_PARAM_BASE, GENERIC_SHARED_BASE, OFFSET_MASK, WINDOW_MASK,
                       GlobalMemory, SharedMemory, split_shared)
 from ..warp import LANES, TYPES, instruction, type_of
 
 SPACES = ("param", "shared", "global", "local", "const")
+# ISA 8.5, narrowest first: a scope includes the threads of the same CTA, cluster, GPU, system
+SCOPES = {"cta": 1, "cluster": 2, "gpu": 3, "sys": 4}
+
+
+@dataclass(frozen=True)
+class MemoryOrder:
+    """The memory-model side of a strong access (ISA 8.4), or of a thread fence: `sem` ('relaxed',
+    'acquire', 'release', 'acq_rel'; a fence's also 'sc'), `scope` (SCOPES' code), `element` (the bytes of
+    one scalar location: a vector access is one access per element, 8.2.4), whether it `reads` (ld, atom;
+    not red, whose read forms no acquire pattern, 8.8), `writes` (st, atom, red) and is `atomic` (atom,
+    red: a read-modify-write, which continues a location's release sequence, 8.9.2)."""
+
+    sem: str
+    scope: int
+    element: int
+    reads: bool
+    writes: bool
+    atomic: bool
+
+
+def memory_order(instr, element: int) -> MemoryOrder | None:
+    """The MemoryOrder of a load, store or atomic, None for a weak access. `atom` and `red` are strong with
+    `.relaxed` and `.gpu` by default (9.7.13.5, 9.7.13.6); `ld` and `st` are strong only with a
+    qualifier, and then name their scope (8.5)."""
+    mods = instr.modifiers
+    family = instr.family
+    scope = next((SCOPES[m] for m in mods if m in SCOPES), None)
+    if family in ("atom", "red"):
+        sem = next((m for m in mods if m in ("relaxed", "acquire", "release", "acq_rel")), "relaxed")
+        return MemoryOrder(sem, scope or SCOPES["gpu"], element, family == "atom", True, True)
+    if "volatile" in mods:
+        sem, scope = "relaxed", SCOPES["sys"]
+    else:
+        sem = next((m for m in mods if m in ("relaxed", "acquire", "release")), None)
+        if sem is None:
+            return None
+        if scope is None:
+            raise EmulatorError("unimplemented", f"{instr.opcode}: a strong access names its scope (ISA 8.5)")
+    return MemoryOrder(sem, scope, element, family != "st", family == "st", False)
 
 
 def space_of(instr) -> str:
@@ -69,8 +118,9 @@ def _vector_count(instr) -> int:
     return 1
 
 
-def _lanes_access(w, mask, space, addresses, nbytes, kind, data=None):
-    """Read (data None) or write per-lane `nbytes` at `addresses`; fast path for global memory."""
+def _lanes_access(w, mask, space, addresses, nbytes, kind, data=None, order=None):
+    """Read (data None) or write per-lane `nbytes` at `addresses`; fast path for global memory. `order`: the
+    MemoryOrder of a strong access, for the race detector."""
     lanes = np.flatnonzero(mask)
     if space == "global" and lanes.size:
         addrs = addresses[lanes]
@@ -79,7 +129,7 @@ def _lanes_access(w, mask, space, addresses, nbytes, kind, data=None):
             raise EmulatorError("misaligned", f"{kind} of {nbytes} B at 0x{int(addrs[bad][0]):x}")
         gm = w.cta.grid.global_memory
         if w.cta.grid.trace is not None:
-            w.cta.grid.trace.global_lanes(w, addrs, nbytes, data is not None)
+            w.cta.grid.trace.global_lanes(w, addrs, nbytes, data is not None, order)
         if data is None:
             out = np.zeros((LANES, nbytes), np.uint8)
             out[lanes] = gm.lanes_read(addrs, nbytes)
@@ -97,23 +147,50 @@ def _lanes_access(w, mask, space, addresses, nbytes, kind, data=None):
         if touched is not None:
             touched.setdefault(mem, []).append(offset)
     if touched:
-        _report_accesses(w, touched, nbytes, data is not None)
+        report_accesses(w, touched, nbytes, data is not None, order)
     return out
 
 
-def _report_accesses(w, touched: dict, nbytes: int, write: bool) -> None:
+def report_accesses(w, touched: dict, nbytes: int, write: bool, order=None) -> None:
+    """Tell the race detector about a warp's accesses: {memory object: offsets} of `nbytes` each."""
     trace = w.cta.grid.trace
     for mem, offsets in touched.items():
         if isinstance(mem, SharedMemory):
-            trace.shared(w, mem, offsets, nbytes, write)
+            trace.shared(w, mem, offsets, nbytes, write, order)
         elif isinstance(mem, GlobalMemory):
-            trace.global_lanes(w, offsets, nbytes, write)
+            trace.global_lanes(w, offsets, nbytes, write, order)
+
+
+def poll(w, what: str):
+    """A warp reaching a strong load polls memory another agent writes (the ISA's only way to read such a
+    location without a data race). Back at the same load with nothing written to memory and no
+    synchronization event since its previous pass there (`Grid.activity`), it has learnt nothing new:
+    - with the same registers, lane PCs and live lanes too, the pass in between is the one it would repeat
+      forever: it waits until something changes (machine.PollWait), which changes no outcome, and a poll
+      never answered is a hang, reported as every other one, instead of a step budget spent spinning;
+    - otherwise (a poll that counts its passes) it lets the other warps run first (machine.Yield).
+    Returns the wait, or None."""
+    grid = w.cta.grid
+    here = (w.last_index, grid.activity())
+    previous = w.poll
+    w.poll = (here, w.regs.copy(), None if w.lane_pc is None else w.lane_pc.copy(), w.alive.copy())
+    if previous is None or previous[0] != here:
+        return None
+    if not np.array_equal(previous[1], w.regs) or not np.array_equal(previous[3], w.alive) \
+            or (previous[2] is None) != (w.lane_pc is None) \
+            or (w.lane_pc is not None and not np.array_equal(previous[2], w.lane_pc)):
+        return POLLING
+    return ("wait", PollWait(grid, here[1], what))
+
+
+POLLING = ("wait", Yield("polling memory: nothing new since its previous pass"))
 
 
 @instruction("ld")
 def _ld(instr, program):
-    """ld[.ss][.cop][.vec].type d, [a] (9.7.9.8). A signed type narrower than 32 bits sign-extends into
-    its register."""
+    """ld{.weak,.relaxed.scope,.acquire.scope,.volatile,.mmio.relaxed.sys}[.ss][.cop][.vec].type d, [a]
+    (9.7.9.8). A signed type narrower than 32 bits sign-extends into its register. A strong load
+    (`memory_order`) is reported with its order, and may find its warp polling at a fixed point."""
     typ = type_of(instr)
     space = space_of(instr)
     count = _vector_count(instr)
@@ -124,19 +201,24 @@ def _ld(instr, program):
     writers = [program.writer(t, store_type) for t in targets]
     addr = address_reader(program, src)
     dtype = TYPES[typ][0]
+    order = memory_order(instr, size)
+    what = f"a strong load of {space} memory"
 
     def handler(w, mask):
-        raw = _lanes_access(w, mask, space, addr(w), size * count, "load")
+        waits = poll(w, what) if order is not None else None
+        raw = _lanes_access(w, mask, space, addr(w), size * count, "load", order=order)
         values = raw.view(dtype).reshape(LANES, count)
         for k, wr in enumerate(writers):
             wr(w, values[:, k], mask)
+        return waits
 
     return handler
 
 
 @instruction("st")
 def _st(instr, program):
-    """st[.ss][.cop][.vec].type [a], b (9.7.9.10)."""
+    """st{.weak,.relaxed.scope,.release.scope,.volatile,.mmio.relaxed.sys}[.ss][.cop][.vec].type [a], b
+    (9.7.9.10). A strong store (`memory_order`) is reported with its order."""
     typ = type_of(instr)
     space = space_of(instr)
     count = _vector_count(instr)
@@ -146,11 +228,12 @@ def _st(instr, program):
     readers = [program.reader(s, typ) for s in sources]
     addr = address_reader(program, dst)
     unsigned = TYPES[typ][1]
+    order = memory_order(instr, size)
 
     def handler(w, mask):
         data = np.stack([r(w).astype(TYPES[typ][0]).view(unsigned) for r in readers], axis=1)
         _lanes_access(w, mask, space, addr(w), size * count, "store",
-                      np.ascontiguousarray(data).view(np.uint8).reshape(LANES, size * count))
+                      np.ascontiguousarray(data).view(np.uint8).reshape(LANES, size * count), order)
 
     return handler
 

@@ -1,9 +1,10 @@
 """Synchronization and warp-level instructions: mbarrier, bar/barrier, barrier.cluster, elect, shfl, vote,
-fences, griddepcontrol.
+fences, nanosleep, griddepcontrol.
 
 PTX ISA 9.7.13.15 (mbarrier: init 9.7.13.15.9, expect_tx 9.7.13.15.11, arrive 9.7.13.15.13,
 test_wait/try_wait 9.7.13.15.16), 9.7.13.1 (bar, barrier), 9.7.13.2 (barrier.cluster), 9.7.13.4 (fence,
-membar), 9.7.13.x (elect.sync), 9.7.9.6 (shfl.sync), 9.7.13.x (vote.sync), 9.7.13.x (griddepcontrol).
+membar), 9.7.13.x (elect.sync), 9.7.9.6 (shfl.sync), 9.7.13.x (vote.sync), 9.7.19.2 (nanosleep), 9.7.13.x
+(griddepcontrol).
 
 Memory ordering (`.release`/`.acquire`/`.relaxed` scopes and every fence) has no effect on what runs: the
 emulator's memory is sequentially consistent. With race detection on, these handlers report the
@@ -18,10 +19,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import EmulatorError
-from ..machine import ClusterBarrierWait, MBarrier, MBarrierWait, NamedBarrier, NamedBarrierWait
+from ..machine import ClusterBarrierWait, MBarrier, MBarrierWait, NamedBarrier, NamedBarrierWait, Yield
 from ..memory import split_shared
 from ..warp import LANES, instruction
-from .memory_ops import address_reader
+from .memory_ops import SCOPES, MemoryOrder, address_reader
 
 
 def mbarrier_at(w, address: int, cluster_scope: bool):
@@ -366,19 +367,60 @@ def _activemask(instr, program):
                                             np.uint32), mask)
 
 
-@instruction("fence", "membar", "griddepcontrol", "nanosleep", "setmaxnreg", "pmevent")
+@instruction("griddepcontrol", "setmaxnreg", "pmevent")
 def _no_effect(instr, program):
-    """Ordering, hints and launch control with no effect in a sequentially consistent, single-grid
-    emulator (module docstring). The race detector (happens_before.py) sees the two fences between proxies
-    it checks: `fence.proxy.async*` and `fence.mbarrier_init`."""
-    kind = ("proxy.async" if instr.opcode.startswith("fence.proxy.async") else
-            "mbarrier_init" if instr.opcode.startswith("fence.mbarrier_init") else None)
-    if kind is None:
+    """Hints and launch control with no effect in a single-grid emulator (module docstring)."""
+    return lambda w, mask: None
+
+
+@instruction("fence", "membar")
+def _fence(instr, program):
+    """fence{.sem}.scope, membar.level, fence.proxy.*, fence.mbarrier_init.release.cluster (9.7.13.4). No
+    effect on values (the emulator's memory is sequentially consistent); with race detection on, the fences
+    the detector models are reported: a thread fence (`.sc`, `.acq_rel` (the default), `.acquire`,
+    `.release`; membar.{cta,gl,sys} is fence.sc.{cta,gpu,sys}) forms release and acquire patterns with the
+    warp's strong accesses (ISA 8.8, happens_before.py), `fence.proxy.async*` orders the warp's generic
+    writes before async-proxy accesses, `fence.mbarrier_init` its mbarrier inits before remote signals. Not
+    seen: the other proxy fences (alias, tensormap), the `.sync_restrict` fences (they order shared memory
+    only, where mbarrier waits already acquire), and fence.sc's total order (taken as fence.acq_rel)."""
+    mods = instr.modifiers
+    opcode = instr.opcode
+    if opcode.startswith("fence.proxy.async"):
+        kind = "proxy.async"
+    elif opcode.startswith("fence.mbarrier_init"):
+        kind = "mbarrier_init"
+    elif "proxy" in mods or any(m.startswith("sync_restrict") for m in mods):
         return lambda w, mask: None
+    else:
+        kind = None
+        levels = {"cta": "cta", "gl": "gpu", "sys": "sys"}
+        if instr.family == "membar":
+            sem, scope = "sc", levels.get(mods[0] if mods else "", None)
+        else:
+            sem = next((m for m in mods if m in ("sc", "acq_rel", "acquire", "release")), "acq_rel")
+            scope = next((m for m in mods if m in SCOPES), None)
+        if scope is None:
+            raise EmulatorError("unimplemented", f"{opcode}: a fence names its scope (ISA 9.7.13.4)")
+        order = MemoryOrder(sem, SCOPES[scope], 0, False, False, False)
 
     def handler(w, mask):
-        if w.cta.grid.trace is not None:
-            w.cta.grid.trace.fence(w, kind)
+        trace = w.cta.grid.trace
+        if trace is None:
+            return
+        if kind is None:
+            trace.memory_fence(w, order)
+        else:
+            trace.fence(w, kind)
 
     return handler
 
+
+SLEEPING = ("wait", Yield("sleeping (nanosleep)"))
+
+
+@instruction("nanosleep")
+def _nanosleep(instr, program):
+    """nanosleep.u32 t (9.7.19.2): suspends the thread for about t ns. The sleep is time, which only the
+    timed mode has (clock.py advances the warp's time by it); here the warp ends its time slice and lets the
+    others run first (machine.Yield), so that a warp polling memory does not hold up the warps it waits for."""
+    return lambda w, mask: SLEEPING

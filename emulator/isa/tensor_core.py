@@ -447,5 +447,6 @@ def _stmatrix(instr, program):
             w.cta.grid.trace.shared(w, w.cta.shared, offsets, 2, True)
         w.cta.shared.data[offsets] = (values & 0xFF).astype(np.uint8)
         w.cta.shared.data[offsets + 1] = (values >> 8).astype(np.uint8)
+        w.cta.shared.writes += 1
 
     return handler
