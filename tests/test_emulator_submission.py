@@ -100,6 +100,25 @@ def test_stream_k_parts_sum_to_the_reference(config, mode, seed):
     assert_all_pass(config, STREAM_SPECS, mode=mode, seed=seed, workers=3)
 
 
+@pytest.mark.parametrize("defect, spec, mode, seed", [
+    ("relaxed-count", 0, "eager", 0),
+    ("relaxed-peek", 2, "eager", 0),  # there part 0 of a tile peeks after the other part counted in
+    pytest.param("relaxed-count", 2, "adversarial", 3, marks=pytest.mark.long),
+    pytest.param("relaxed-peek", 2, "timed", 0, marks=pytest.mark.long),
+])
+def test_stream_k_without_its_ordering_is_a_race(defect, spec, mode, seed):
+    """The count's acq_rel made relaxed, or the first part's acquire peek made relaxed: a part's loads of
+    another part's partial are no longer ordered after that part's stores, and the race detector says so
+    (the unplanted runs of the same shapes pass with races=0: test_stream_k_parts_sum_to_the_reference)."""
+    args = [sys.executable, str(ROOT / "tools" / "emulate.py"), "submission", "--config", "shipped,jobs=stream",
+            "--mode", mode, "--seed", str(seed), "--races", "--workers", "3", "--spec", STREAM_SPECS[spec],
+            "--ptx-filter", f"{sys.executable} {ROOT / 'tests' / 'ptx_defects.py'} {defect}"]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    verdict = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-2000:]
+    assert verdict.startswith("RACE") and "st.global.v4.f32" in done.stdout and "ld.global.cg.v4.f32" in done.stdout, \
+        done.stdout[-3000:] + done.stderr[-2000:]
+
+
 @pytest.mark.long
 @pytest.mark.parametrize("switch", SWITCHES)
 def test_each_switch_flipped_from_shipped(switch):
