@@ -35,9 +35,9 @@ EDGE_SPECS = [
 EARLY_EPILOGUE = r"sed -E 's/(wgmma\.wait_group\.sync\.aligned\s+)0;/\11;/'"
 
 
-def emulate(specs, *, config="shipped", mode="eager", seed=0, workers=3, ptx_filter=None, timeout=1800):
+def emulate(specs, *, config="shipped", mode="eager", seed=0, workers=3, ptx_filter=None, races=False, timeout=1800):
     args = [sys.executable, str(ROOT / "tools" / "emulate.py"), "submission", "--arch", "sm_90a",
-            "--config", config, "--mode", mode, "--seed", str(seed)]
+            "--config", config, "--mode", mode, "--seed", str(seed)] + (["--races"] if races else [])
     if workers is not None:
         args += ["--workers", str(workers)]
     if ptx_filter:
@@ -140,9 +140,21 @@ def test_task_and_edge_shapes(mode, seed):
 
 
 @pytest.mark.long
-@pytest.mark.parametrize("config", ["shipped,pdl=off", "shipped,jobs=weight_blocks", "shipped,jobs=hybrid"])
+@pytest.mark.parametrize("config", ["shipped,pdl=off", "shipped,jobs=weight_blocks", "shipped,jobs=hybrid",
+                                    "shipped,jobs=stream"])
 def test_each_hopper_switch(config):
     assert_all_pass(EDGE_SPECS, config=config, mode="adversarial", seed=5)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("mode, seed", [("eager", 0), ("adversarial", 6)])
+def test_stream_k_parts_sum_to_the_reference(mode, seed):
+    """jobs=stream on the Hopper kernel: at 3 SMs the first shape's one tile is cut in 3 parts, which sum
+    their partials through the workspace (the count's acq_rel), with race detection on."""
+    rc, verdict, out = emulate(["m: [40]; n: [128]; k: [2048]; g: 1; seed: 31",
+                                "m: [129, 7]; n: [256, 128]; k: [1024, 2048]; g: 2; seed: 32"],
+                               config="shipped,jobs=stream", mode=mode, seed=seed, races=True)
+    assert rc == 0 and verdict.startswith("PASS") and "races=0" in verdict, out[-4000:]
 
 
 @pytest.mark.long
