@@ -102,6 +102,7 @@ from submission import (
     row_pair_word,
     ScheduleShape,
     select_by_group,
+    SF_BLOCK_BYTES,  # one 128-row x 4-column block of the blocked scale layout = one k-tile here
     store_f32x4,
     store_words_if,
     STREAM_MAX_PARTS,
@@ -129,7 +130,6 @@ BALANCE_FLOOR = 1.15
 TOKEN_CHUNKS = (256, 192, 128, 64)  # candidate token-tile heights (multiples of the 64-row box)
 
 W_STAGE_BYTES = TILE_W * TILE_K // 2
-SF_BLOCK_BYTES = 512  # one 128-row x 4-column block of the blocked scale layout = one k-tile
 W_TX_BYTES = W_STAGE_BYTES + SF_BLOCK_BYTES
 # Token TMA boxes: a tile loads exactly its wgmma N rows, as 64-row boxes (64 x 64 fp16, 8 KB) and
 # 16-row boxes (2 KB) for the rest.  The k-tile's cost tracks the token bytes it pulls from L2 (H200,

@@ -209,6 +209,7 @@ import torch
 SF_VEC_SIZE = 16  # one e4m3 scale per 16 FP4 values along K
 SF_BLOCK_ROWS = 128  # the blocked scale layout pads rows to 128 ...
 SF_BLOCK_COLS = 4  # ... and scale columns to 4 (64 values of K)
+SF_BLOCK_BYTES = SF_BLOCK_ROWS * SF_BLOCK_COLS  # one contiguous 128 x 4 block of e4m3 scales
 K_MULTIPLE = 256  # every K must be a multiple of the largest K tile (B200: 256)
 N_MULTIPLE = 128  # both kernels cut the weights (N) into 128-row tiles: one CTA's MMA rows
 MAX_GROUPS = 32  # per-group TMA descriptors are kernel parameters (32 KiB of parameter space)
@@ -1089,13 +1090,18 @@ ACC_DTYPE = cutlass.Float32
 CTA_WEIGHT_ROWS = 128  # MMA M per CTA: one TMEM lane per weight row
 TOKEN_CHUNK = 128  # token tiles start at multiples of 128: one block of the blocked scale layout
 K_TILE = 256  # per smem stage: 4 MMAs of K = 64
-ACC_STAGES = 2  # TMEM accumulators: the epilogue of tile i overlaps the mainloop of tile i + 1
 ACC_STAGE_COLUMNS = 128  # TMEM columns per accumulator (the largest token variant)
-TMEM_COLUMNS = 512  # 2 x 128 accumulator + 16 SFA + 16 SFB columns, rounded to a power of two
+SF_TMEM_COLUMNS = 32  # 16 SFA + 16 SFB columns after the accumulators
+TMEM_COLUMNS_PER_SM = 512
 EPILOGUE_COLUMNS = 32  # tokens per TMEM load (32x32b.x32) in the epilogue
 PARTIAL_CTA_BYTES = CTA_WEIGHT_ROWS * ACC_STAGE_COLUMNS * 4  # one CTA's fp32 partial of a cut tile (jobs="stream")
-SMEM_BYTES = 232448  # 227 KiB: sm_100's dynamic shared memory per block
-SMEM_RESERVED_BYTES = 1024  # mbarriers and the TMEM address
+SMEM_PER_SM = 233472  # 228 KiB of shared memory per SM, shared by the CTAs resident on it
+SMEM_SYSTEM_BYTES = 1024  # the driver's reserve per CTA: a lone CTA gets 227 KiB
+SMEM_BYTES = SMEM_PER_SM - SMEM_SYSTEM_BYTES  # 227 KiB: sm_100's dynamic shared memory per block
+# Besides the stages: the mbarriers and the TMEM address, padded to the stages' 1024-byte alignment,
+# and the 1024 bytes the allocator keeps to align the block's base (measured: the launch asks for
+# stages + 2 KiB)
+SMEM_RESERVED_BYTES = 2048
 
 EPILOGUE_WARPS = (0, 1, 2, 3)
 MMA_WARP = 4
@@ -1148,6 +1154,15 @@ class Sm100Config:
     prefetch: bool = True
     # The schedule's jobs (JOB_POLICIES); host-side, the same walk as the Hopper path.
     jobs: str = "tiles"
+    # Two CTAs per SM: half the shared memory (4 stages) and 256 TMEM columns (one accumulator) per
+    # CTA, so that with PDL the next call's CTA starts on this one's SM while it finishes (its
+    # prologue, descriptor and L2 prefetches overlap this call's mainloop and epilogue); the grid
+    # stays one worker per SM pair. A worker's tiles no longer overlap their epilogues.
+    co_resident: bool = False
+    # Before the wait for the previous grid, the TMA warp prefetches its first record's weights,
+    # weight scales, tokens and token scales into L2 (cp.async.bulk.prefetch.L2): L2 is the GPU's
+    # point of coherence, so the loads after the wait still read whatever the previous grid wrote.
+    l2_prefetch: bool = False
 
     def __post_init__(self):
         if self.cta_group not in (1, 2):
@@ -1175,9 +1190,25 @@ class Sm100Config:
         return (CTA_WEIGHT_ROWS + tokens) * K_TILE // 2 + 2 * scale_block
 
     @property
+    def smem_bytes(self) -> int:
+        """One CTA's shared memory: all a lone CTA may have, or its half of the SM (co_resident)."""
+        return SMEM_PER_SM // (2 if self.co_resident else 1) - SMEM_SYSTEM_BYTES
+
+    @property
     def stages(self) -> int:
         """As many stages as shared memory holds (no C staging: the epilogue stores from registers)."""
-        return (SMEM_BYTES - SMEM_RESERVED_BYTES) // self.stage_bytes
+        return (self.smem_bytes - SMEM_RESERVED_BYTES) // self.stage_bytes
+
+    @property
+    def acc_stages(self) -> int:
+        """TMEM accumulators: two, so the epilogue of tile i overlaps the mainloop of tile i + 1; one
+        when two CTAs share the SM's 512 columns (co_resident)."""
+        return 1 if self.co_resident else 2
+
+    @property
+    def tmem_columns(self) -> int:
+        """TMEM columns a CTA allocates: its accumulators and the scale columns, rounded to a power of two."""
+        return TMEM_COLUMNS_PER_SM // (2 if self.co_resident else 1)
 
     @classmethod
     def parse(cls, text: str) -> "Sm100Config":
@@ -1339,6 +1370,13 @@ def _prefetch_tensormap(address, *, loc=None, ip=None):
 
 
 @dsl_user_op
+def _prefetch_bulk_l2(address, nbytes, *, loc=None, ip=None):
+    """cp.async.bulk.prefetch.L2 of `nbytes` (a multiple of 16) at `address` (16-byte aligned)."""
+    asm(None, [cutlass.Int64(address).ir_value(loc=loc, ip=ip), ir_i32(nbytes, loc, ip)],
+        "cp.async.bulk.prefetch.L2.global [$0], $1;", "l,r", True)
+
+
+@dsl_user_op
 def _tmem_load_32_columns(address, *, loc=None, ip=None):
     """tcgen05.ld 32x32b.x32: this thread's TMEM lane (the warp's quarter of the 128 lanes), 32
     consecutive fp32 columns from `address`, waited for."""
@@ -1421,8 +1459,7 @@ class Sm100GroupedGemm:
         )
         # No C staging in shared memory (the epilogue stores from registers): all of it but the
         # barriers goes to the operand ring.
-        capacity = utils.get_smem_capacity_in_bytes("sm_100")
-        self.num_stages = (capacity - SMEM_RESERVED_BYTES) // (a_bytes + b_bytes + sfa_bytes + sfb_bytes)
+        self.num_stages = (self.config.smem_bytes - SMEM_RESERVED_BYTES) // (a_bytes + b_bytes + sfa_bytes + sfb_bytes)
         assert self.num_stages == self.config.stages, "the host's stage count (schedule costs) must match"
 
         self.a_smem_layout = sm100_utils.make_smem_layout_a(widest, self.mma_tiler, AB_DTYPE, self.num_stages)
@@ -1496,8 +1533,8 @@ class Sm100GroupedGemm:
         class SharedStorage:
             ab_full: cute.struct.MemRange[cutlass.Int64, self.num_stages]
             ab_empty: cute.struct.MemRange[cutlass.Int64, self.num_stages]
-            acc_full: cute.struct.MemRange[cutlass.Int64, ACC_STAGES]
-            acc_empty: cute.struct.MemRange[cutlass.Int64, ACC_STAGES]
+            acc_full: cute.struct.MemRange[cutlass.Int64, self.config.acc_stages]
+            acc_empty: cute.struct.MemRange[cutlass.Int64, self.config.acc_stages]
             tmem_dealloc: cutlass.Int64
             tmem_address: cutlass.Int32
             sA: cute.struct.Align[cute.struct.MemRange[AB_DTYPE, cute.cosize(self.a_smem_layout.outer)], 1024]
@@ -1574,7 +1611,7 @@ class Sm100GroupedGemm:
         # Each CTA's 4 epilogue warps release the accumulator to the leader's MMA warp.
         acc_pipeline = pipeline.PipelineUmmaAsync.create(
             barrier_storage=storage.acc_full.data_ptr(),
-            num_stages=ACC_STAGES,
+            num_stages=self.config.acc_stages,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
             consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.cta_group * len(EPILOGUE_WARPS)),
             cta_layout_vmnk=self.cluster_layout_vmnk,
@@ -1603,13 +1640,13 @@ class Sm100GroupedGemm:
         if warp_idx == TMA_WARP:
             self.load(
                 ab_pipeline, weight_atoms, token_atoms, weight_sf_atoms, token_sf_atoms, coords, smem, walk,
-                is_leader_cta, cta_coord_vmnk, cta_coord_sfb_vmnk,
+                is_leader_cta, cta_coord_vmnk, cta_coord_sfb_vmnk, args,
             )
         if warp_idx == MMA_WARP:
             tmem.wait_for_alloc()
             self.mma(ab_pipeline, acc_pipeline, tmem.retrieve_ptr(ACC_DTYPE), smem, walk, is_leader_cta)
         if warp_idx < MMA_WARP:
-            tmem.allocate(TMEM_COLUMNS)
+            tmem.allocate(self.config.tmem_columns)
             tmem.wait_for_alloc()
             acc_tmem_ptr = tmem.retrieve_ptr(ACC_DTYPE)
             self.epilogue(acc_pipeline, acc_tmem_ptr, args, walk, warp_idx, cta_in_worker)
@@ -1621,7 +1658,7 @@ class Sm100GroupedGemm:
     @cute.jit
     def load(
         self, ab_pipeline, weight_atoms, token_atoms, weight_sf_atoms, token_sf_atoms, coords, smem, walk,
-        is_leader_cta, cta_coord_vmnk, cta_coord_sfb_vmnk,
+        is_leader_cta, cta_coord_vmnk, cta_coord_sfb_vmnk, args,
     ):
         """Warp 5 of every CTA: per k-tile of each tile, this CTA's weights, its share of the tokens,
         its weight scales (with cta_group 2: 2-CTA TMA completing on the leader's full barrier) and
@@ -1679,6 +1716,9 @@ class Sm100GroupedGemm:
             # record and prefetch its group's descriptors while that grid may still run.
             if begin < end:
                 self._prefetch_descriptors(tiles[begin, 0], weight_atoms, token_atoms, weight_sf_atoms, token_sf_atoms)
+        if cutlass.const_expr(self.config.l2_prefetch):
+            if begin < end:
+                self._prefetch_l2(args, tiles, begin, is_leader_cta)
         if cutlass.const_expr(self.config.pdl):
             # The kernel before this one in the stream (the previous call, or whatever wrote the
             # inputs) may still be running; its writes are visible only after this wait. Every
@@ -1730,6 +1770,26 @@ class Sm100GroupedGemm:
         return state
 
     @cute.jit
+    def _prefetch_l2(self, args, tiles, t, is_leader_cta):
+        """Record t's operands into L2, one bulk prefetch each (every range is contiguous: whole rows
+        of K-major operands, whole 128-row blocks of the blocked scales): this CTA's weight rows and
+        their scale block; the leader also the tile's token rows and their scale block."""
+        g, n0, t0, m_end, n = tiles[t, 0], tiles[t, 1], tiles[t, 2], tiles[t, 4], tiles[t, 5]
+        k = select_by_group(g, args.k)
+        row_bytes, scale_block_bytes = k // 2, k // (4 * SF_VEC_SIZE) * SF_BLOCK_BYTES
+        first = n0 + CTA_WEIGHT_ROWS * (1 - cutlass.Int32(is_leader_cta))  # this CTA's weight rows
+        with cute.arch.elect_one():
+            if first < n:
+                rows = cutlass.min(CTA_WEIGHT_ROWS, n - first)
+                _prefetch_bulk_l2(select_by_group(g, args.b) + cutlass.Int64(first) * row_bytes, rows * row_bytes)
+                _prefetch_bulk_l2(select_by_group(g, args.sfb) + cutlass.Int64(first // SF_BLOCK_ROWS) * scale_block_bytes,
+                                  scale_block_bytes)
+            if is_leader_cta:
+                _prefetch_bulk_l2(select_by_group(g, args.a) + cutlass.Int64(t0) * row_bytes, (m_end - t0) * row_bytes)
+                _prefetch_bulk_l2(select_by_group(g, args.sfa) + cutlass.Int64(t0 // SF_BLOCK_ROWS) * scale_block_bytes,
+                                  scale_block_bytes)
+
+    @cute.jit
     def _prefetch_descriptors(self, g, weight_atoms, token_atoms, weight_sf_atoms, token_sf_atoms):
         """prefetch.tensormap of group g's descriptors: by address ("selp"), or through each
         group's own atom ("branch", as NVIDIA's example prefetches its atoms)."""
@@ -1768,7 +1828,7 @@ class Sm100GroupedGemm:
         Waits on: the stage's full barrier, the accumulator's empty barrier (the epilogues of the
         worker's CTAs). Signals: the stage's empty barrier and the accumulator's full barrier in
         every CTA of the worker (tcgen05.commit)."""
-        acc_columns = ACC_STAGES * ACC_STAGE_COLUMNS
+        acc_columns = self.config.acc_stages * ACC_STAGE_COLUMNS
         sfa_tmem_ptr = cute.recast_ptr(acc_tmem_ptr + acc_columns, dtype=SF_DTYPE)
         sfa_tmem_cols = (CTA_WEIGHT_ROWS // 32) * self.k_blocks
         sfb_tmem_ptr = cute.recast_ptr(acc_tmem_ptr + acc_columns + sfa_tmem_cols, dtype=SF_DTYPE)
@@ -1796,7 +1856,7 @@ class Sm100GroupedGemm:
 
         tiles, begin, end = walk
         ab_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
-        acc_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, ACC_STAGES)
+        acc_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.config.acc_stages)
         for t in range(begin, end):
             variant_index, k_tiles = tiles[t, 3], (tiles[t, 6] - tiles[t, 8]) // K_TILE
             if is_leader_cta:
@@ -1818,7 +1878,8 @@ class Sm100GroupedGemm:
         column = acc.stride[0][1]
         return cute.make_tensor(
             acc_tmem_ptr,
-            cute.make_layout(cute.append(acc.shape, ACC_STAGES), stride=cute.append(acc.stride, ACC_STAGE_COLUMNS * column)),
+            cute.make_layout(cute.append(acc.shape, self.config.acc_stages),
+                             stride=cute.append(acc.stride, ACC_STAGE_COLUMNS * column)),
         )
 
     @cute.jit
@@ -1865,7 +1926,7 @@ class Sm100GroupedGemm:
         lane_address = acc_tmem_ptr.toint() + ((32 * warp_idx) << 16)  # TMEM address: lane << 16 | column
         load_columns = self._tmem_load_atoms(acc_tmem_ptr, warp_idx)
         tiles, begin, end = walk
-        acc_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, ACC_STAGES)
+        acc_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.config.acc_stages)
         for t in range(begin, end):
             g, n0, t0, m_end, n = tiles[t, 0], tiles[t, 1], tiles[t, 2], tiles[t, 4], tiles[t, 5]
             rows = (n0 + CTA_WEIGHT_ROWS * cta_in_worker + 32 * warp_idx + lane, m_end, n, select_by_group(g, args.c))
