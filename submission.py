@@ -1144,11 +1144,6 @@ class Sm100Config:
     # "ptx": inline tcgen05.ld 32x32b.x32 per 32 token columns; "atoms": the library's TMEM-load
     # copy atom (tcgen05.Ld32x32bOp), as the example loads its accumulator. Both store directly.
     epilogue: str = "ptx"
-    # "atoms": the library's tcgen05 copy and MMA atoms, each issued behind its own elect.sync with
-    # its descriptors rebuilt (the DSL's k-tile: ~100 PTX, 55 SASS instructions); "ptx": one inline
-    # block per k-tile, one elect.sync, descriptors as a base plus the stage's and K-block's offsets
-    # (8 tcgen05.cp, 4 tcgen05.mma and the stage's commit in ~30 PTX instructions).
-    mma: str = "atoms"
     # "selp": a copy takes its group's descriptor by address, picked by selects over the kernel
     # parameters (tma_desc_ptr); "branch": one copy per group behind `if group == g`, each with
     # its own atom's descriptor, as the example uses its atoms.
@@ -1174,8 +1169,7 @@ class Sm100Config:
             raise ValueError(f"cta_group must be 1 or 2, got {self.cta_group!r}")
         if tuple(self.token_variants) not in ((64, 128), (128,)):
             raise ValueError(f"token_variants must be (64, 128) or (128,), got {self.token_variants!r}")
-        for name, allowed in (("epilogue", ("ptx", "atoms")), ("mma", ("atoms", "ptx")), ("descriptors", ("selp", "branch")),
-                              ("jobs", JOB_POLICIES)):
+        for name, allowed in (("epilogue", ("ptx", "atoms")), ("descriptors", ("selp", "branch")), ("jobs", JOB_POLICIES)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         object.__setattr__(self, "token_variants", tuple(self.token_variants))
@@ -1398,57 +1392,6 @@ def _tmem_load_32_columns(address, *, loc=None, ip=None):
     return [cutlass.Float32(llvm.bitcast(T.f32(), llvm.extractvalue(T.i32(), res, [i]))) for i in range(EPILOGUE_COLUMNS)]
 
 
-SF_STAGE_BYTES = TOKEN_CHUNK * K_TILE // SF_VEC_SIZE  # one operand's 128-row scale block per stage
-# The shared-memory descriptors the library builds for these layouts (tcgen05 matrix descriptor,
-# ISA 9.7.16.4.1), as seen in its PTX: low word the start address >> 4 and a leading byte offset of
-# 16 (field 1 at bit 16); high word for the operands (K-major, 128-byte swizzle) stride byte offset
-# 1024, version 1, swizzle 128 B; for the scales (no swizzle) stride byte offset 128, version 1.
-DESC_LO_LEADING_OFFSET = 1 << 16
-OPERAND_DESC_HI = 0x40004040
-SCALE_DESC_HI = 0x00004008
-
-
-def _smem_desc_lo(address):
-    """The low word of a shared-memory descriptor of `address` (1024-byte aligned stages)."""
-    return ((address >> 4) & 0x3FFF) | DESC_LO_LEADING_OFFSET
-
-
-def _mxf4_instruction_descriptor(m: int, n: int) -> int:
-    """The instruction descriptor of tcgen05.mma.kind::mxf4nvf4 with scale_vec::4X (ISA
-    9.7.16.10.10), as the library builds it: A and B e2m1 (format 1 at bits 7 and 10), K-major, e4m3
-    scales of scale-factor id 0, N >> 3 at bit 17, M >> 4 at bit 24."""
-    return 1 << 7 | 1 << 10 | (n >> 3) << 17 | (m >> 4) << 24
-
-
-@dsl_user_op
-def _mma_k_tile(desc_lo, accumulator, sf_tmem, empty_address, accumulate, *, idesc: int, cta_group: int,
-                loc=None, ip=None):
-    """One k-tile of the leader's MMA warp under one elect.sync: 4 tcgen05.cp of the stage's SFA
-    (K blocks 0-3, 512 bytes apart, to TMEM columns sf_tmem + 4 kb), 4 of its SFB (to sf_tmem + 16
-    + 4 kb), 4 tcgen05.mma (operand descriptors 32 bytes apart per K block), the first one
-    accumulating only if `accumulate`, then the commit that releases the stage (multicast to the
-    pair). desc_lo = low descriptor words of the stage's weights, tokens, SFA, SFB."""
-    group = f"cta_group::{cta_group}"
-    multicast = ".multicast::cluster" if cta_group == 2 else ""
-    text = ["{", ".reg .pred e, p, yes;", ".reg .b32 lo, sfa, sfb, id;", ".reg .b64 d, a, b;", ".reg .b16 mask;",
-            "mov.b16 mask, 3;", f"mov.b32 id, {idesc};", "setp.ne.s32 p, $7, 0;", "setp.eq.s32 yes, $7, $7;",
-            "elect.sync _|e, 0xffffffff;"]
-    for operand, column in ((2, 0), (3, 16)):  # SFA, SFB
-        for kb in range(4):
-            text += [f"add.s32 lo, ${operand}, {32 * kb};", f"mov.b64 d, {{lo, {SCALE_DESC_HI}}};",
-                     f"add.s32 sfa, $5, {column + 4 * kb};", f"@e tcgen05.cp.{group}.32x128b.warpx4 [sfa], d;"]
-    for kb in range(4):
-        text += [f"add.s32 lo, $0, {2 * kb};", f"mov.b64 a, {{lo, {OPERAND_DESC_HI}}};",
-                 f"add.s32 lo, $1, {2 * kb};", f"mov.b64 b, {{lo, {OPERAND_DESC_HI}}};",
-                 f"add.s32 sfa, $5, {4 * kb};", f"add.s32 sfb, $5, {16 + 4 * kb};",
-                 f"@e tcgen05.mma.{group}.kind::mxf4nvf4.block_scale.scale_vec::4X [$4], a, b, id, [sfa], [sfb], "
-                 f"{'p' if kb == 0 else 'yes'};"]
-    text += [f"@e tcgen05.commit.{group}.mbarrier::arrive::one.shared::cluster{multicast}.b64 [$6]"
-             + (", mask;" if cta_group == 2 else ";"), "}"]
-    asm(None, [ir_i32(v, loc, ip) for v in (*desc_lo, accumulator, sf_tmem, empty_address, cutlass.Int32(accumulate))],
-        "\n".join(text), "r,r,r,r,r,r,r,r", True)
-
-
 @dsl_user_op
 def _tcgen05_fence(kind: str, *, loc=None, ip=None):
     """tcgen05.fence::before_thread_sync / ::after_thread_sync: orders this thread's tcgen05
@@ -1523,7 +1466,6 @@ class Sm100GroupedGemm:
         self.sfa_smem_layout = blockscaled_utils.make_smem_layout_sfa(widest, self.mma_tiler, SF_VEC_SIZE, self.num_stages)
         self.sfb_smem_layout = blockscaled_utils.make_smem_layout_sfb(widest, self.mma_tiler, SF_VEC_SIZE, self.num_stages)
         self.b_stage_elems = cute.cosize(sm100_utils.make_smem_layout_b(widest, self.mma_tiler, AB_DTYPE, 1).outer)
-        self.a_stage_bytes = a_bytes
         self.variants = []
         for n in token_variants:
             mma = widest if n == token_variants[-1] else tiled_mma(n, self.mma_cta_group)
@@ -1689,9 +1631,6 @@ class Sm100GroupedGemm:
             b=[storage.sB.get_tensor(v.b_smem_layout.outer, swizzle=v.b_smem_layout.inner) for v in self.variants],
             sfa=storage.sSFA.get_tensor(self.sfa_smem_layout),
             sfb=storage.sSFB.get_tensor(self.sfb_smem_layout),
-            # shared addresses of the stage rings and the empty barriers, for mma="ptx"
-            addresses=(storage.sA.data_ptr().toint(), storage.sB.data_ptr().toint(), storage.sSFA.data_ptr().toint(),
-                       storage.sSFB.data_ptr().toint(), storage.ab_empty.data_ptr().toint()),
         )
         tiles = gmem_matrix(cutlass.Int32, args.tiles, args.num_tiles, len(RECORD_FIELDS))
         worker_tiles = gmem_matrix(cutlass.Int32, args.worker_tiles, args.num_workers, 2)
@@ -1915,7 +1854,6 @@ class Sm100GroupedGemm:
                 self._scale_copy_to_tmem(smem.sfb, tCtSFB),
             ))
 
-        sf_tmem = acc_tmem_ptr.toint() + acc_columns  # SFA's TMEM columns, then SFB's (mma="ptx")
         tiles, begin, end = walk
         ab_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
         acc_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.config.acc_stages)
@@ -1926,12 +1864,7 @@ class Sm100GroupedGemm:
                 _tcgen05_fence("after_thread_sync")  # the epilogue's loads of this buffer are done
             for v in cutlass.range_constexpr(len(self.variants)):
                 if variant_index == v:
-                    if cutlass.const_expr(self.config.mma == "ptx"):
-                        accumulator = acc_tmem_ptr.toint() + acc_state.index * ACC_STAGE_COLUMNS
-                        ab_state = self._mma_tile_ptx(smem.addresses, ab_pipeline, ab_state, accumulator, sf_tmem, k_tiles,
-                                                      self.variants[v].tokens, is_leader_cta)
-                    else:
-                        ab_state = self._mma_tile(parts[v], ab_pipeline, ab_state, acc_state.index, k_tiles, is_leader_cta)
+                    ab_state = self._mma_tile(parts[v], ab_pipeline, ab_state, acc_state.index, k_tiles, is_leader_cta)
             if is_leader_cta:
                 acc_pipeline.producer_commit(acc_state)
             acc_state.advance()
@@ -1968,26 +1901,6 @@ class Sm100GroupedGemm:
                     cute.gemm(tiled_mma, acc, tCrA[(None, None, kb, stage)], tCrB[(None, None, kb, stage)], acc)
                     tiled_mma.set(tcgen05.Field.ACCUMULATE, True)
                 ab_pipeline.consumer_release(ab_state)
-            ab_state.advance()
-        return ab_state
-
-    @cute.jit
-    def _mma_tile_ptx(self, addresses, ab_pipeline, ab_state, accumulator, sf_tmem, k_tiles, tokens, is_leader_cta):
-        """mma="ptx": the k-loop of one record, each k-tile's scale copies, MMAs and commit of the
-        stage's empty barrier issued by _mma_k_tile under one elect.sync (the leader CTA's warp)."""
-        a_address, b_address, sfa_address, sfb_address, empty_address = addresses
-        for kt in range(k_tiles):
-            if is_leader_cta:
-                ab_pipeline.consumer_wait(ab_state)
-                stage = ab_state.index
-                _mma_k_tile(
-                    (_smem_desc_lo(a_address) + stage * (self.a_stage_bytes >> 4),
-                     _smem_desc_lo(b_address) + stage * (self.b_stage_elems // 2 >> 4),
-                     _smem_desc_lo(sfa_address) + stage * (SF_STAGE_BYTES >> 4),
-                     _smem_desc_lo(sfb_address) + stage * (SF_STAGE_BYTES >> 4)),
-                    accumulator, sf_tmem, empty_address + stage * 8, kt > 0,
-                    idesc=_mxf4_instruction_descriptor(self.config.weight_rows, tokens), cta_group=self.cta_group,
-                )
             ab_state.advance()
         return ab_state
 
