@@ -1093,6 +1093,12 @@ ACC_STAGES = 2  # TMEM accumulators: the epilogue of tile i overlaps the mainloo
 ACC_STAGE_COLUMNS = 128  # TMEM columns per accumulator (the largest token variant)
 TMEM_COLUMNS = 512  # 2 x 128 accumulator + 16 SFA + 16 SFB columns, rounded to a power of two
 EPILOGUE_COLUMNS = 32  # tokens per TMEM load (32x32b.x32) in the epilogue
+C_DTYPE = cutlass.Float16
+# epilogue="tma": a warp's TMA store box, its 32 weight rows (TMEM lanes) x EPILOGUE_COLUMNS tokens,
+# staged in shared memory; a stage holds the 4 warps' boxes (8 KB per CTA).
+C_WARP_ROWS = 32
+C_STAGE_BYTES = CTA_WEIGHT_ROWS * EPILOGUE_COLUMNS * 2
+C_MIN_STAGES = 2  # as NVIDIA's _compute_stages starts; what the operand stages leave is added
 PARTIAL_CTA_BYTES = CTA_WEIGHT_ROWS * ACC_STAGE_COLUMNS * 4  # one CTA's fp32 partial of a cut tile (jobs="stream")
 SMEM_BYTES = 232448  # 227 KiB: sm_100's dynamic shared memory per block
 SMEM_RESERVED_BYTES = 1024  # mbarriers and the TMEM address
@@ -1110,6 +1116,7 @@ class Barrier(enum.IntEnum):
     TMEM_ALLOC = 2  # the epilogue warps (allocator) and the MMA warp read the TMEM address
 
 
+EPILOGUE_KINDS = ("ptx", "atoms", "tma")
 _ON = {"on": True, "true": True, "1": True, "off": False, "false": False, "0": False}
 
 
@@ -1136,7 +1143,11 @@ class Sm100Config:
     # last tile of their sole reader.
     l2_hints: bool = True
     # "ptx": inline tcgen05.ld 32x32b.x32 per 32 token columns; "atoms": the library's TMEM-load
-    # copy atom (tcgen05.Ld32x32bOp), as the example loads its accumulator. Both store directly.
+    # copy atom (tcgen05.Ld32x32bOp). Both store C directly from registers (st.global). "tma": the
+    # example's epilogue for a C whose contiguous mode is the MMA's M (ours: C^T): the TMEM-load
+    # atom it picks (tcgen05.ld 16x256b), fp16 written with stmatrix.trans into a C staging buffer
+    # in shared memory (c_stages of 8 KB, taken from the operand stages), and a TMA store per warp
+    # of its 32 weight rows x 32 tokens, clipped at the group's bounds (no predicates).
     epilogue: str = "ptx"
     # "selp": a copy takes its group's descriptor by address, picked by selects over the kernel
     # parameters (tma_desc_ptr); "branch": one copy per group behind `if group == g`, each with
@@ -1154,7 +1165,7 @@ class Sm100Config:
             raise ValueError(f"cta_group must be 1 or 2, got {self.cta_group!r}")
         if tuple(self.token_variants) not in ((64, 128), (128,)):
             raise ValueError(f"token_variants must be (64, 128) or (128,), got {self.token_variants!r}")
-        for name, allowed in (("epilogue", ("ptx", "atoms")), ("descriptors", ("selp", "branch")), ("jobs", JOB_POLICIES)):
+        for name, allowed in (("epilogue", EPILOGUE_KINDS), ("descriptors", ("selp", "branch")), ("jobs", JOB_POLICIES)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         object.__setattr__(self, "token_variants", tuple(self.token_variants))
@@ -1176,8 +1187,19 @@ class Sm100Config:
 
     @property
     def stages(self) -> int:
-        """As many stages as shared memory holds (no C staging: the epilogue stores from registers)."""
-        return (SMEM_BYTES - SMEM_RESERVED_BYTES) // self.stage_bytes
+        """As many operand stages as shared memory holds: all of it but the barriers when the
+        epilogue stores from registers; with epilogue="tma", less C_MIN_STAGES C staging stages (as
+        NVIDIA's _compute_stages)."""
+        staging = C_MIN_STAGES * C_STAGE_BYTES if self.epilogue == "tma" else 0
+        return (SMEM_BYTES - SMEM_RESERVED_BYTES - staging) // self.stage_bytes
+
+    @property
+    def c_stages(self) -> int:
+        """C staging stages of epilogue="tma" (0 otherwise): what the operand stages leave, as
+        NVIDIA's _compute_stages adds it (cta_group 2: 7 operand stages and 3 C stages; 1: 5 and 5)."""
+        if self.epilogue != "tma":
+            return 0
+        return (SMEM_BYTES - SMEM_RESERVED_BYTES - self.stages * self.stage_bytes) // C_STAGE_BYTES
 
     @classmethod
     def parse(cls, text: str) -> "Sm100Config":
@@ -1381,6 +1403,7 @@ class Sm100GroupedGemm:
         self.cta_group = config.cta_group
         self.mma_cta_group = tcgen05.CtaGroup.TWO if config.cta_group == 2 else tcgen05.CtaGroup.ONE
         self.cluster_shape_mn = (config.cta_group, 1)
+        self.tma_epilogue = config.epilogue == "tma"
         self.epilogue_barrier = pipeline.NamedBarrier(Barrier.EPILOGUE, 32 * len(EPILOGUE_WARPS))
         self.tmem_alloc_barrier = pipeline.NamedBarrier(Barrier.TMEM_ALLOC, 32 * (len(EPILOGUE_WARPS) + 1))
 
@@ -1419,10 +1442,33 @@ class Sm100GroupedGemm:
         sfb_bytes = cute.size_in_bytes(
             SF_DTYPE, blockscaled_utils.make_smem_layout_sfb(widest, self.mma_tiler, SF_VEC_SIZE, 1)
         )
-        # No C staging in shared memory (the epilogue stores from registers): all of it but the
-        # barriers goes to the operand ring.
+        # Shared memory: the barriers, the operand ring, and with epilogue="tma" the C staging
+        # stages (NVIDIA's _compute_stages: C_MIN_STAGES reserved, the operand stages that fit,
+        # then what they leave added to C); otherwise no C staging, all of it to the operand ring.
         capacity = utils.get_smem_capacity_in_bytes("sm_100")
-        self.num_stages = (capacity - SMEM_RESERVED_BYTES) // (a_bytes + b_bytes + sfa_bytes + sfb_bytes)
+        operand_bytes = a_bytes + b_bytes + sfa_bytes + sfb_bytes
+        if cutlass.const_expr(self.tma_epilogue):
+            # C^T's contiguous mode is the MMA's M (weights): NVIDIA's "M-major" C (COL_MAJOR).
+            self.c_layout = utils.LayoutEnum.COL_MAJOR
+            self.epi_tile = sm100_utils.compute_epilogue_tile_shape(
+                (CTA_WEIGHT_ROWS, token_variants[-1]), self.cta_group == 2, self.c_layout, C_DTYPE
+            )
+            # One warp's TMA store box (C_WARP_ROWS weight rows x EPILOGUE_COLUMNS tokens); a stage
+            # tiles the CTA's 4 boxes along M, so each warp's box is 2 KB of contiguous shared memory.
+            box = (C_WARP_ROWS, EPILOGUE_COLUMNS)
+            self.c_box_layout = cute.slice_(sm100_utils.make_smem_layout_epi(C_DTYPE, self.c_layout, box, 1), (None, None, 0))
+            c_atom = sm100_utils.make_smem_layout_atom(sm100_utils.get_smem_layout_atom_epi(self.c_layout, C_DTYPE, box), C_DTYPE)
+            c_bytes = cute.size_in_bytes(C_DTYPE, cute.tile_to_shape(c_atom, (CTA_WEIGHT_ROWS, EPILOGUE_COLUMNS, 1), order=(1, 0, 2)))
+            assert c_bytes == C_STAGE_BYTES
+            self.num_stages = (capacity - SMEM_RESERVED_BYTES - C_MIN_STAGES * c_bytes) // operand_bytes
+            self.c_stages = (capacity - SMEM_RESERVED_BYTES - self.num_stages * operand_bytes) // c_bytes
+            assert self.c_stages == self.config.c_stages, "the host's C stage count must match"
+            # (EPI_M = 128, EPI_N = 32, C_STAGE)
+            self.c_smem_layout = cute.tile_to_shape(
+                c_atom, (CTA_WEIGHT_ROWS, EPILOGUE_COLUMNS, self.c_stages), order=(1, 0, 2)
+            )
+        else:
+            self.num_stages = (capacity - SMEM_RESERVED_BYTES) // operand_bytes
         assert self.num_stages == self.config.stages, "the host's stage count (schedule costs) must match"
 
         self.a_smem_layout = sm100_utils.make_smem_layout_a(widest, self.mma_tiler, AB_DTYPE, self.num_stages)
@@ -1464,6 +1510,7 @@ class Sm100GroupedGemm:
         # become kernel parameters. The MMA's A operand is the weights (b), its B operand the tokens (a).
         weight_atoms, token_atoms, weight_sf_atoms, token_sf_atoms = [], [[] for _ in self.variants], [], []
         coords = []  # group 0's coordinate tensors, kept for every group
+        c_atoms, c_coords = [], []  # epilogue="tma": C's TMA store atom per group
         for g in cutlass.range_constexpr(self.num_groups):
             m, n, k = args.m[g], args.n[g], args.k[g]
             weights = self._operand(args.b[g], n, k)
@@ -1491,8 +1538,16 @@ class Sm100GroupedGemm:
             weight_sf_atoms.append(atom_wsf)
             token_sf_atoms.append(atom_tsf)
             coords.append((tma_w, tuple(tma_tokens), tma_wsf, tma_tsf))
+            if cutlass.const_expr(self.tma_epilogue):
+                # C as the MMA sees it, (weights n, tokens m, L): the group's [m, n] fp16 tensor,
+                # n contiguous; the TMA store of a warp's box clips at n and m.
+                atom_c, tma_c = cpasync.make_tiled_tma_atom(
+                    cpasync.CopyBulkTensorTileS2GOp(), self._c_matrix(args.c[g], m, n), self.c_box_layout,
+                    (C_WARP_ROWS, EPILOGUE_COLUMNS),
+                )
+                c_atoms.append(atom_c)
+                c_coords.append(tma_c)
 
-        @cute.struct
         class SharedStorage:
             ab_full: cute.struct.MemRange[cutlass.Int64, self.num_stages]
             ab_empty: cute.struct.MemRange[cutlass.Int64, self.num_stages]
@@ -1505,15 +1560,21 @@ class Sm100GroupedGemm:
             sSFA: cute.struct.Align[cute.struct.MemRange[SF_DTYPE, cute.cosize(self.sfa_smem_layout)], 1024]
             sSFB: cute.struct.Align[cute.struct.MemRange[SF_DTYPE, cute.cosize(self.sfb_smem_layout)], 1024]
 
-        self.shared_storage = SharedStorage
+        if cutlass.const_expr(self.tma_epilogue):
+            SharedStorage.__annotations__["sC"] = cute.struct.Align[
+                cute.struct.MemRange[C_DTYPE, cute.cosize(self.c_smem_layout.outer)], 1024
+            ]
+        self.shared_storage = cute.struct(SharedStorage)
+        # epilogue="tma": (C's atom per group, group 0's C coordinate tensor); else empty.
+        c_store = (tuple(c_atoms), c_coords[0]) if self.tma_epilogue else ()
         self.kernel(
             tuple(weight_atoms), tuple(tuple(a) for a in token_atoms), tuple(weight_sf_atoms), tuple(token_sf_atoms),
-            coords[0], args,
+            coords[0], c_store, args,
         ).launch(
             grid=(self.cta_group * args.num_workers, 1, 1),
             block=[THREADS_PER_CTA, 1, 1],
             cluster=(*self.cluster_shape_mn, 1),
-            smem=SharedStorage.size_in_bytes(),
+            smem=self.shared_storage.size_in_bytes(),
             stream=args.stream,
             min_blocks_per_mp=1,
             use_pdl=self.config.pdl,
@@ -1525,6 +1586,14 @@ class Sm100GroupedGemm:
         ptr = cute.make_ptr(AB_DTYPE, address, cute.AddressSpace.gmem, assumed_align=16)
         k = cute.assume(k, K_TILE)
         return cute.make_tensor(ptr, cute.make_layout((rows, k, 1), stride=(k, 1, 0)))
+
+    @staticmethod
+    def _c_matrix(address, m, n):
+        """The contract's c ([m, n, 1] fp16, n contiguous) as the MMA's (M = weights n, N = tokens
+        m, L): NVIDIA's M-major C."""
+        ptr = cute.make_ptr(C_DTYPE, address, cute.AddressSpace.gmem, assumed_align=16)
+        n = cute.assume(n, N_MULTIPLE)
+        return cute.make_tensor(ptr, cute.make_layout((n, m, 1), stride=(1, n, 0)))
 
     @staticmethod
     def _scales(address, rows, k):
@@ -1541,11 +1610,13 @@ class Sm100GroupedGemm:
         weight_sf_atoms: tuple,
         token_sf_atoms: tuple,
         coords: tuple,
+        c_store: tuple,
         args: LaunchArgsView,
     ):
         """weight_atoms etc.: one TMA atom per group (token_atoms: per variant, then per group);
         coords: group 0's TMA coordinate tensors (weights, tokens per variant, weight scales, token
-        scales), used for every group: coordinates are tile indices, the group's descriptor bounds them."""
+        scales), used for every group: coordinates are tile indices, the group's descriptor bounds them;
+        c_store: epilogue="tma"'s (C store atom per group, group 0's C coordinate tensor), else ()."""
         self._setup()  # the MMAs and layouts, rebuilt inside the kernel: all of them are static
         if cutlass.const_expr(self.config.pdl):
             # The next call's kernel may start on SMs this one leaves, overlapping its launch and
@@ -1594,6 +1665,9 @@ class Sm100GroupedGemm:
             b=[storage.sB.get_tensor(v.b_smem_layout.outer, swizzle=v.b_smem_layout.inner) for v in self.variants],
             sfa=storage.sSFA.get_tensor(self.sfa_smem_layout),
             sfb=storage.sSFB.get_tensor(self.sfb_smem_layout),
+            # epilogue="tma": (EPI_M = 128, EPI_N = 32, C_STAGE), the C staging buffer
+            c=storage.sC.get_tensor(self.c_smem_layout.outer, swizzle=self.c_smem_layout.inner)
+            if cutlass.const_expr(self.tma_epilogue) else None,
         )
         tiles = gmem_matrix(cutlass.Int32, args.tiles, args.num_tiles, len(RECORD_FIELDS))
         worker_tiles = gmem_matrix(cutlass.Int32, args.worker_tiles, args.num_workers, 2)
@@ -1612,7 +1686,7 @@ class Sm100GroupedGemm:
             tmem.allocate(TMEM_COLUMNS)
             tmem.wait_for_alloc()
             acc_tmem_ptr = tmem.retrieve_ptr(ACC_DTYPE)
-            self.epilogue(acc_pipeline, acc_tmem_ptr, args, walk, warp_idx, cta_in_worker)
+            self.epilogue(acc_pipeline, acc_tmem_ptr, args, walk, warp_idx, cta_in_worker, smem.c, c_store)
             tmem.relinquish_alloc_permit()
             self.epilogue_barrier.arrive_and_wait()
             tmem.free(acc_tmem_ptr)
@@ -1853,22 +1927,33 @@ class Sm100GroupedGemm:
 
     # ---- epilogue warps ----
     @cute.jit
-    def epilogue(self, acc_pipeline, acc_tmem_ptr, args, walk, warp_idx, cta_in_worker):
+    def epilogue(self, acc_pipeline, acc_tmem_ptr, args, walk, warp_idx, cta_in_worker, sC, c_store):
         """Warps 0-3 of every CTA. Warp w holds TMEM lanes 32w..32w+31: weight rows
         n0 + 128 * cta_in_worker + 32w + lane of the tile; per 32 tokens, one TMEM load of 32 fp32
         columns (inline tcgen05.ld, or the library's copy atom), rounded to fp16 and stored straight
         to C (4 bytes per lane, lanes paired by row_pair_word), each store predicated on its token
-        row being below M. With jobs="stream", a part of a cut tile goes through _cut_part. Waits
-        on: the accumulator's full barrier. Signals: the accumulator's empty barrier of the leader."""
+        row being below M. With epilogue="tma", per 32 tokens the TMEM-load atom NVIDIA's epilogue
+        picks, fp16 through stmatrix into the warp's C staging box and a TMA store of the box
+        (_store_box); the accumulator is released after the tile's last TMEM load. With
+        jobs="stream", a part of a cut tile goes through _cut_part. Waits on: the accumulator's full
+        barrier. Signals: the accumulator's empty barrier of the leader."""
         lane = cute.arch.lane_idx()
         odd = lane % 2
         lane_address = acc_tmem_ptr.toint() + ((32 * warp_idx) << 16)  # TMEM address: lane << 16 | column
         load_columns = self._tmem_load_atoms(acc_tmem_ptr, warp_idx)
+        box = self._c_store_partitions(acc_tmem_ptr, warp_idx, sC, c_store)
+        if cutlass.const_expr(self.tma_epilogue):
+            load_columns = box.load
         tiles, begin, end = walk
         acc_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, ACC_STAGES)
+        stored = cutlass.Int32(0)  # epilogue="tma": this warp's TMA stores so far (its staging ring position)
         for t in range(begin, end):
             g, n0, t0, m_end, n = tiles[t, 0], tiles[t, 1], tiles[t, 2], tiles[t, 4], tiles[t, 5]
-            rows = (n0 + CTA_WEIGHT_ROWS * cta_in_worker + 32 * warp_idx + lane, m_end, n, select_by_group(g, args.c))
+            if cutlass.const_expr(self.tma_epilogue):
+                # (group, this warp's box row: its first weight row / C_WARP_ROWS)
+                rows = (g, (n0 + CTA_WEIGHT_ROWS * cta_in_worker) // C_WARP_ROWS + warp_idx)
+            else:
+                rows = (n0 + CTA_WEIGHT_ROWS * cta_in_worker + 32 * warp_idx + lane, m_end, n, select_by_group(g, args.c))
             chunks = (m_end - t0 + EPILOGUE_COLUMNS - 1) // EPILOGUE_COLUMNS
             accumulator = (lane_address + acc_state.index * ACC_STAGE_COLUMNS, acc_state.index, load_columns)
 
@@ -1879,29 +1964,56 @@ class Sm100GroupedGemm:
             if cutlass.const_expr(self.config.jobs == "stream"):
                 if tiles[t, 9] > 1:
                     if has_rows:
-                        self._cut_part(acc_pipeline, acc_state, accumulator, args, tiles, t, chunks, rows, odd, warp_idx,
-                                       lane, cta_in_worker)
+                        stored = self._cut_part(acc_pipeline, acc_state, accumulator, args, tiles, t, chunks, rows, odd,
+                                                warp_idx, lane, cta_in_worker, box, stored)
                     else:
                         self._release(acc_pipeline, acc_state)
                 else:
-                    if has_rows:
-                        for chunk in range(chunks):
-                            self._store_rows(self._columns(accumulator, chunk), t0 + EPILOGUE_COLUMNS * chunk, rows, odd)
-                    self._release(acc_pipeline, acc_state)
+                    stored = self._store_tile(acc_pipeline, acc_state, accumulator, has_rows, chunks, t0, rows, odd, box, stored)
             else:
-                if has_rows:
-                    for chunk in range(chunks):
-                        self._store_rows(self._columns(accumulator, chunk), t0 + EPILOGUE_COLUMNS * chunk, rows, odd)
-                self._release(acc_pipeline, acc_state)
+                stored = self._store_tile(acc_pipeline, acc_state, accumulator, has_rows, chunks, t0, rows, odd, box, stored)
             acc_state.advance()
+        if cutlass.const_expr(self.tma_epilogue):
+            box.pipeline.producer_tail()  # the TMA unit has read every box before the CTA exits
+
+    @cute.jit
+    def _store_tile(self, acc_pipeline, acc_state, accumulator, has_rows, chunks, t0, rows, odd, box, stored):
+        """A whole tile (or all of its K): per 32 tokens, its columns from TMEM to C, then release the
+        accumulator; with epilogue="tma" the release follows the last TMEM load (the TMA stores go
+        on after it). Returns the warp's TMA store count (epilogue="tma")."""
+        if has_rows:
+            for chunk in range(chunks):
+                values = self._columns(accumulator, chunk)
+                if cutlass.const_expr(self.tma_epilogue):
+                    if chunk == chunks - 1:
+                        self._release(acc_pipeline, acc_state)
+                stored = self._store_chunk(values, t0 + EPILOGUE_COLUMNS * chunk, rows, odd, box, stored)
+            if cutlass.const_expr(not self.tma_epilogue):
+                self._release(acc_pipeline, acc_state)
+        else:
+            self._release(acc_pipeline, acc_state)
+        return stored
 
     def _columns(self, accumulator, chunk):
-        """The accumulator's 32 fp32 columns 32 * chunk .. of this lane's weight row; accumulator =
-        (this lane's TMEM address of the stage, the stage, the "atoms" epilogue's load or None)."""
+        """The accumulator's 32 fp32 columns 32 * chunk .. of this lane's weight row (epilogue="tma":
+        this thread's 32 values of those columns, in the TMEM-load atom's layout); accumulator = (this
+        lane's TMEM address of the stage, the stage, the "atoms"/"tma" epilogue's load or None)."""
         address, stage, load_columns = accumulator
         if cutlass.const_expr(self.config.epilogue == "ptx"):
             return _tmem_load_32_columns(address + EPILOGUE_COLUMNS * chunk)
         return load_columns(stage, chunk)
+
+    @cute.jit
+    def _store_chunk(self, values, first_row, rows, odd, box, stored):
+        """32 token rows (first_row ..) of C from `values` (as _columns gives them): _store_rows, or
+        with epilogue="tma" _store_box, rows = (group, the warp's box row). Returns the warp's TMA
+        store count."""
+        if cutlass.const_expr(self.tma_epilogue):
+            g, box_row = rows
+            stored = self._store_box(box, values, g, (box_row, first_row // EPILOGUE_COLUMNS), stored)
+        else:
+            self._store_rows([values[i] for i in range(EPILOGUE_COLUMNS)], first_row, rows, odd)
+        return stored
 
     @cute.jit
     def _release(self, acc_pipeline, acc_state):
@@ -1910,20 +2022,27 @@ class Sm100GroupedGemm:
             acc_pipeline.consumer_release(acc_state)
 
     @cute.jit
-    def _cut_part(self, acc_pipeline, acc_state, accumulator, args, tiles, t, chunks, rows, odd, warp_idx, lane, cta_in_worker):
+    def _cut_part(self, acc_pipeline, acc_state, accumulator, args, tiles, t, chunks, rows, odd, warp_idx, lane, cta_in_worker,
+                  box, stored):
         """One part of a cut tile (jobs="stream"; record t). The tile's sum is, per value, always
         (((-0.0 + partial 1) + partial 2) + ...) + partial 0 (-0.0 adds exactly, signed zeros too): the
         same bits whichever part finishes last. Part 0, the schedule's last part of the tile in time,
         first peeks at the count: if every other part has counted in, it adds their partials to its
         own accumulator and stores C, writing nothing. Otherwise the part stores its partial in its
-        slot, releases the accumulator and counts in; the part that counts in last adds the slots."""
+        slot, releases the accumulator and counts in; the part that counts in last adds the slots.
+        A slot holds each thread's values in the order _columns gives them, so with epilogue="tma"
+        the sums are in the TMEM-load atom's layout and go to C through _store_box. Returns the
+        warp's TMA store count (epilogue="tma")."""
         parts, part, first_slot = tiles[t, 9], tiles[t, 10], tiles[t, 11]
         t0 = tiles[t, 2]
         counter = args.partial_counts + (
             cutlass.Int64(first_slot * self.cta_group + cta_in_worker) * len(EPILOGUE_WARPS) + warp_idx
         ) * 4
         slots = (args, first_slot, warp_idx, lane, cta_in_worker)
-        total = cute.make_rmem_tensor(cute.make_layout(EPILOGUE_COLUMNS), ACC_DTYPE)
+        if cutlass.const_expr(self.tma_epilogue):
+            total = cute.make_rmem_tensor(box.registers.shape, ACC_DTYPE)  # the TMEM-load fragment's shape
+        else:
+            total = cute.make_rmem_tensor(cute.make_layout(EPILOGUE_COLUMNS), ACC_DTYPE)
         others_in = cutlass.Boolean(False)
         if part == 0:
             others_in = peek_count(counter) == parts - 1
@@ -1933,14 +2052,14 @@ class Sm100GroupedGemm:
                 own = self._columns(accumulator, chunk)
                 for i in cutlass.range_constexpr(EPILOGUE_COLUMNS):
                     total[i] = total[i] + own[i]
-                self._store_rows([total[i] for i in range(EPILOGUE_COLUMNS)], t0 + EPILOGUE_COLUMNS * chunk, rows, odd)
+                stored = self._store_chunk(total, t0 + EPILOGUE_COLUMNS * chunk, rows, odd, box, stored)
             self._release(acc_pipeline, acc_state)
             reset_count(counter, lane)
         else:
             for chunk in range(chunks):
                 own = self._columns(accumulator, chunk)
                 for q in cutlass.range_constexpr(EPILOGUE_COLUMNS // 4):
-                    store_f32x4(self._slot(slots, part, chunk) + q * CTA_WEIGHT_ROWS * 16, own[4 * q : 4 * q + 4])
+                    store_f32x4(self._slot(slots, part, chunk) + q * CTA_WEIGHT_ROWS * 16, [own[4 * q + j] for j in range(4)])
             self._release(acc_pipeline, acc_state)
             if count_in(counter, lane) == parts - 1:
                 for chunk in range(chunks):
@@ -1948,8 +2067,36 @@ class Sm100GroupedGemm:
                     last = [load_f32x4(self._slot(slots, 0, chunk) + q * CTA_WEIGHT_ROWS * 16) for q in range(EPILOGUE_COLUMNS // 4)]
                     for i in cutlass.range_constexpr(EPILOGUE_COLUMNS):
                         total[i] = total[i] + last[i // 4][i % 4]
-                    self._store_rows([total[i] for i in range(EPILOGUE_COLUMNS)], t0 + EPILOGUE_COLUMNS * chunk, rows, odd)
+                    stored = self._store_chunk(total, t0 + EPILOGUE_COLUMNS * chunk, rows, odd, box, stored)
                 reset_count(counter, lane)
+        return stored
+
+    @cute.jit
+    def _store_box(self, box, values, g, box_coord, stored):
+        """epilogue="tma": this warp's 32 weight rows x 32 tokens of C, `values` (its share in the
+        TMEM-load atom's layout, fp32), rounded to fp16 and written with stmatrix into staging stage
+        `stored` % c_stages, then stored by TMA to group g's C at box `box_coord` (weight rows / 32,
+        tokens / 32), clipped at N and M. Before writing the stage, the store that last read it
+        (c_stages stores ago) must have read it (wait_group.read); between the stmatrix and the store,
+        every lane's fence.proxy.async and a warp barrier (the TMA unit reads through the async proxy).
+        Returns the warp's store count."""
+        stage = stored % self.c_stages
+        box.r2s_registers.store(box.r2s.retile(values).load().to(C_DTYPE))
+        box.pipeline.producer_acquire()  # cp.async.bulk.wait_group.read c_stages - 1
+        cute.arch.sync_warp()  # every lane's wait precedes every lane's write
+        cute.copy(box.r2s, box.r2s_registers, box.r2s_smem[(None, None, None, stage)])
+        cute.arch.fence_proxy(cute.arch.ProxyKind.async_shared, space=cute.arch.SharedSpace.shared_cta)
+        cute.arch.sync_warp()  # every lane's write and fence precede the store
+        destination = box.gmem[(None, box_coord[0], box_coord[1], 0)]
+        if cutlass.const_expr(self.config.descriptors == "selp"):
+            cute.copy(box.atoms[0], box.smem[(None, stage)], destination, tma_desc_ptr=group_tma_desc(g, box.atoms))
+        else:
+            for group in cutlass.range_constexpr(self.num_groups):
+                if g == group:
+                    cute.copy(box.atoms[group], box.smem[(None, stage)], destination)
+        box.pipeline.producer_commit()  # cp.async.bulk.commit_group
+        return stored + 1
+
 
     @cute.jit
     def _add_partials(self, total, slots, parts, chunk):
@@ -1983,6 +2130,59 @@ class Sm100GroupedGemm:
         column_quads = chunk * (EPILOGUE_COLUMNS // 4)
         return args.workspace + (
             cutlass.Int64(cta_slot) * PARTIAL_CTA_BYTES + (column_quads * CTA_WEIGHT_ROWS + 32 * warp_idx + lane) * 16
+        )
+
+    def _c_store_partitions(self, acc_tmem_ptr, warp_idx, sC, c_store):
+        """The "tma" epilogue's partitions, as NVIDIA's epilog_tmem_copy_and_partition,
+        epilog_smem_copy_and_partition and epilog_gmem_copy_and_partition build them for an M-major
+        C (None with the other epilogues): the TMEM-load atom get_tmem_load_op picks (tcgen05.ld
+        16x256b: thread t of a warp holds rows t / 4 and t / 4 + 8 of each 16, columns 2 (t % 4) +
+        {0, 1} of each 8), the stmatrix.trans atom get_smem_store_op pairs with it, and the TMA
+        store of this warp's box (its 32 weight rows x 32 tokens; the warps' boxes are disjoint, so
+        each warp stores its own and no named barrier joins them). `load(stage, chunk)` returns
+        this thread's fp32 values of 32 token columns."""
+        if not self.tma_epilogue:
+            return None
+        c_atoms, tma_c = c_store
+        tidx = 32 * warp_idx + cute.arch.lane_idx()
+        widest = self.config.token_variants[-1]
+        # A fresh MMA: the MMA warp's instances carry its runtime fields (scale addresses).
+        accumulators = self._accumulators(self._tiled_mma(widest, self.mma_cta_group), widest, acc_tmem_ptr)
+        # (EPI_M = 128, EPI_N = 32, 1, chunks, ACC_STAGE)
+        tAcc_epi = cute.flat_divide(accumulators[((None, None), 0, 0, None)], self.epi_tile)
+        t2r_atom = sm100_utils.get_tmem_load_op(
+            (CTA_WEIGHT_ROWS, widest), self.c_layout, C_DTYPE, ACC_DTYPE, self.epi_tile, self.cta_group == 2
+        )
+        t2r = tcgen05.make_tmem_copy(t2r_atom, tAcc_epi[(None, None, 0, 0, 0)])
+        t2r_thread = t2r.get_slice(tidx)
+        tTR_tAcc = t2r_thread.partition_S(tAcc_epi)  # (T2R, T2R_M, T2R_N, 1, chunks, ACC_STAGE)
+        # (T2R, T2R_M, T2R_N): this thread's share of one (128, 32) epilogue tile
+        tTR_rAcc = cute.make_rmem_tensor(
+            t2r_thread.partition_D(cute.make_identity_tensor((CTA_WEIGHT_ROWS, EPILOGUE_COLUMNS))).shape, ACC_DTYPE
+        )
+        r2s = cute.make_tiled_copy_D(sm100_utils.get_smem_store_op(self.c_layout, C_DTYPE, ACC_DTYPE, t2r), t2r)
+        tRS_sC = r2s.get_slice(tidx).partition_D(sC)  # (R2S, R2S_M, R2S_N, C_STAGE)
+        tRS_rC = r2s.retile(cute.make_rmem_tensor(tTR_rAcc.shape, C_DTYPE))  # (R2S, R2S_M, R2S_N)
+        # This warp's box in every stage, and C's boxes: (C_WARP_ROWS, EPILOGUE_COLUMNS, ...)
+        sC_warp = cute.flat_divide(sC, (C_WARP_ROWS, EPILOGUE_COLUMNS))[(None, None, warp_idx, 0, None)]
+        gC = cute.flat_divide(tma_c, (C_WARP_ROWS, EPILOGUE_COLUMNS))  # (32, 32, N / 32, M / 32, L)
+        # ((ATOM_V, REST_V), C_STAGE) and ((ATOM_V, REST_V), N / 32, M / 32, L)
+        bSG_sC, bSG_gC = cpasync.tma_partition(
+            c_atoms[0], 0, cute.make_layout(1), cute.group_modes(sC_warp, 0, 2), cute.group_modes(gC, 0, 2)
+        )
+        # The warp's own bulk groups: wait_group.read before a stage is rewritten, wait_group at exit.
+        c_pipeline = pipeline.PipelineTmaStore.create(
+            num_stages=self.c_stages, producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 32)
+        )
+
+        def load(stage, chunk):
+            cute.copy(t2r, tTR_tAcc[(None, None, None, 0, chunk, stage)], tTR_rAcc)
+            cute.arch.fence_view_async_tmem_load()  # tcgen05.wait::ld: the registers hold the columns
+            return tTR_rAcc
+
+        return SimpleNamespace(
+            load=load, registers=tTR_rAcc, r2s=r2s, r2s_registers=tRS_rC, r2s_smem=tRS_sC, smem=bSG_sC, gmem=bSG_gC,
+            atoms=c_atoms, pipeline=c_pipeline,
         )
 
     def _tmem_load_atoms(self, acc_tmem_ptr, warp_idx):
