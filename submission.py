@@ -955,6 +955,22 @@ def pack_f16x2(lo, hi, *, loc=None, ip=None):
 
 
 @dsl_user_op
+def pack_f16x2_bits(lo, hi, *, loc=None, ip=None):
+    """pack_f16x2 of two fp32 values given as their b32 bits (registers a tcgen05.ld wrote: read
+    only here, after its wait, as the ISA requires; a b32 -> f32 conversion in LLVM would be placed
+    right after the load)."""
+    return cutlass.Int32(
+        asm(
+            T.i32(),
+            [ir_i32(hi, loc, ip), ir_i32(lo, loc, ip)],
+            "{\n .reg .f32 hi, lo;\n mov.b32 hi, $1;\n mov.b32 lo, $2;\n cvt.rn.f16x2.f32 $0, hi, lo;\n}",
+            "=r,r,r",
+            False,
+        )
+    )
+
+
+@dsl_user_op
 def row_pair_word(mine, odd, lane_xor: int, *, loc=None, ip=None):
     """The 4 bytes this lane stores, given `mine` = f16x2 (C[j, n], C[j + 1, n]) of its output
     column n, where lane ^ lane_xor holds column n ^ 1 (odd = n is odd): for even n, C[j, n..n+1];
@@ -1982,13 +1998,21 @@ class Sm100GroupedGemm:
         accumulator; with epilogue="tma" the release follows the last TMEM load (the TMA stores go
         on after it). Returns the warp's TMA store count (epilogue="tma")."""
         if has_rows:
-            for chunk in range(chunks):
-                values = self._columns(accumulator, chunk)
-                if cutlass.const_expr(self.tma_epilogue):
-                    if chunk == chunks - 1:
-                        self._release(acc_pipeline, acc_state)
-                stored = self._store_chunk(values, t0 + EPILOGUE_COLUMNS * chunk, rows, odd, box, stored)
-            if cutlass.const_expr(not self.tma_epilogue):
+            if cutlass.const_expr(self.tma_epilogue):
+                # Every chunk's TMEM load, one wait, the release, then the stores.
+                issue_load, bits = box.issue_load, box.bits  # plain functions: the DSL takes a method call's receiver for written state
+                stage = accumulator[1]
+                for chunk in cutlass.range_constexpr(box.chunks):
+                    if chunk < chunks:
+                        issue_load(stage, chunk, chunk)
+                cute.arch.fence_view_async_tmem_load()  # tcgen05.wait::ld
+                self._release(acc_pipeline, acc_state)
+                for chunk in cutlass.range_constexpr(box.chunks):
+                    if chunk < chunks:
+                        stored = self._store_chunk(bits(chunk), t0 + EPILOGUE_COLUMNS * chunk, rows, odd, box, stored)
+            else:
+                for chunk in range(chunks):
+                    self._store_rows(self._columns(accumulator, chunk), t0 + EPILOGUE_COLUMNS * chunk, rows, odd)
                 self._release(acc_pipeline, acc_state)
         else:
             self._release(acc_pipeline, acc_state)
@@ -2040,7 +2064,7 @@ class Sm100GroupedGemm:
         ) * 4
         slots = (args, first_slot, warp_idx, lane, cta_in_worker)
         if cutlass.const_expr(self.tma_epilogue):
-            total = cute.make_rmem_tensor(box.registers.shape, ACC_DTYPE)  # the TMEM-load fragment's shape
+            total = cute.make_rmem_tensor(box.fragment, ACC_DTYPE)  # the TMEM-load fragment's shape
         else:
             total = cute.make_rmem_tensor(cute.make_layout(EPILOGUE_COLUMNS), ACC_DTYPE)
         others_in = cutlass.Boolean(False)
@@ -2081,7 +2105,12 @@ class Sm100GroupedGemm:
         every lane's fence.proxy.async and a warp barrier (the TMA unit reads through the async proxy).
         Returns the warp's store count."""
         stage = stored % self.c_stages
-        box.r2s_registers.store(box.r2s.retile(values).load().to(C_DTYPE))
+        # fp16 of each fp32 pair, packed as the C fragment holds it (the TMEM load's layout, compact:
+        # values 2j and 2j + 1 are C word j), as NVIDIA's .load().to(fp16) rounds them
+        bits = values if cutlass.const_expr(values.element_type == cutlass.Int32) else cute.recast_tensor(values, cutlass.Int32)
+        words = box.c_words
+        for j in cutlass.range_constexpr(EPILOGUE_COLUMNS // 2):
+            words[j] = pack_f16x2_bits(bits[2 * j], bits[2 * j + 1])
         box.pipeline.producer_acquire()  # cp.async.bulk.wait_group.read c_stages - 1
         cute.arch.sync_warp()  # every lane's wait precedes every lane's write
         cute.copy(box.r2s, box.r2s_registers, box.r2s_smem[(None, None, None, stage)])
@@ -2146,23 +2175,32 @@ class Sm100GroupedGemm:
         c_atoms, tma_c = c_store
         tidx = 32 * warp_idx + cute.arch.lane_idx()
         widest = self.config.token_variants[-1]
-        # A fresh MMA: the MMA warp's instances carry its runtime fields (scale addresses).
-        accumulators = self._accumulators(self._tiled_mma(widest, self.mma_cta_group), widest, acc_tmem_ptr)
-        # (EPI_M = 128, EPI_N = 32, 1, chunks, ACC_STAGE)
-        tAcc_epi = cute.flat_divide(accumulators[((None, None), 0, 0, None)], self.epi_tile)
         t2r_atom = sm100_utils.get_tmem_load_op(
             (CTA_WEIGHT_ROWS, widest), self.c_layout, C_DTYPE, ACC_DTYPE, self.epi_tile, self.cta_group == 2
         )
-        t2r = tcgen05.make_tmem_copy(t2r_atom, tAcc_epi[(None, None, 0, 0, 0)])
-        t2r_thread = t2r.get_slice(tidx)
-        tTR_tAcc = t2r_thread.partition_S(tAcc_epi)  # (T2R, T2R_M, T2R_N, 1, chunks, ACC_STAGE)
-        # (T2R, T2R_M, T2R_N): this thread's share of one (128, 32) epilogue tile
-        tTR_rAcc = cute.make_rmem_tensor(
-            t2r_thread.partition_D(cute.make_identity_tensor((CTA_WEIGHT_ROWS, EPILOGUE_COLUMNS))).shape, ACC_DTYPE
-        )
+        # The load moves the accumulator's bits as b32 (Int32 values, a view of TMEM as Int32): with
+        # fp32 values the DSL converts each instruction's registers right after it, i.e. reads them
+        # before tcgen05.wait::ld; as Int32 they are first read as fp32 after the wait.
+        tAcc_epi = []
+        for dtype in (ACC_DTYPE, cutlass.Int32):
+            # A fresh MMA: the MMA warp's instances carry its runtime fields (scale addresses).
+            accumulators = self._accumulators(
+                self._tiled_mma(widest, self.mma_cta_group), widest, cute.recast_ptr(acc_tmem_ptr, dtype=dtype)
+            )
+            # (EPI_M = 128, EPI_N = 32, 1, chunks, ACC_STAGE)
+            tAcc_epi.append(cute.flat_divide(accumulators[((None, None), 0, 0, None)], self.epi_tile))
+        t2r = tcgen05.make_tmem_copy(t2r_atom, tAcc_epi[0][(None, None, 0, 0, 0)])
+        t2r_b32 = tcgen05.make_tmem_copy(cute.make_copy_atom(t2r_atom.op, cutlass.Int32), tAcc_epi[1][(None, None, 0, 0, 0)])
+        t2r_thread = t2r_b32.get_slice(tidx)
+        tTR_tAcc = t2r_thread.partition_S(tAcc_epi[1])  # (T2R, T2R_M, T2R_N, 1, chunks, ACC_STAGE)
+        # (T2R, T2R_M, T2R_N): this thread's share of one (128, 32) epilogue tile, for each of the
+        # widest tile's chunks (a whole tile is loaded before its first store)
+        fragment = t2r_thread.partition_D(cute.make_identity_tensor((CTA_WEIGHT_ROWS, EPILOGUE_COLUMNS))).shape
+        tTR_rAcc = [cute.make_rmem_tensor(fragment, cutlass.Int32) for _ in range(widest // EPILOGUE_COLUMNS)]
         r2s = cute.make_tiled_copy_D(sm100_utils.get_smem_store_op(self.c_layout, C_DTYPE, ACC_DTYPE, t2r), t2r)
         tRS_sC = r2s.get_slice(tidx).partition_D(sC)  # (R2S, R2S_M, R2S_N, C_STAGE)
-        tRS_rC = r2s.retile(cute.make_rmem_tensor(tTR_rAcc.shape, C_DTYPE))  # (R2S, R2S_M, R2S_N)
+        tTR_rC = cute.make_rmem_tensor(fragment, C_DTYPE)
+        tRS_rC = r2s.retile(tTR_rC)  # (R2S, R2S_M, R2S_N)
         # This warp's box in every stage, and C's boxes: (C_WARP_ROWS, EPILOGUE_COLUMNS, ...)
         sC_warp = cute.flat_divide(sC, (C_WARP_ROWS, EPILOGUE_COLUMNS))[(None, None, warp_idx, 0, None)]
         gC = cute.flat_divide(tma_c, (C_WARP_ROWS, EPILOGUE_COLUMNS))  # (32, 32, N / 32, M / 32, L)
@@ -2175,14 +2213,22 @@ class Sm100GroupedGemm:
             num_stages=self.c_stages, producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 32)
         )
 
+        def issue_load(stage, chunk, into: int = 0):
+            """tcgen05.ld of the chunk's columns into fragment `into` (not waited for)."""
+            cute.copy(t2r_b32, tTR_tAcc[(None, None, None, 0, chunk, stage)], tTR_rAcc[into])
+
+        def bits(into: int = 0):
+            """Fragment `into`: the accumulator's b32 values (valid after tcgen05.wait::ld)."""
+            return tTR_rAcc[into]
+
         def load(stage, chunk):
-            cute.copy(t2r, tTR_tAcc[(None, None, None, 0, chunk, stage)], tTR_rAcc)
+            issue_load(stage, chunk)
             cute.arch.fence_view_async_tmem_load()  # tcgen05.wait::ld: the registers hold the columns
-            return tTR_rAcc
+            return cute.recast_tensor(tTR_rAcc[0], ACC_DTYPE)
 
         return SimpleNamespace(
-            load=load, registers=tTR_rAcc, r2s=r2s, r2s_registers=tRS_rC, r2s_smem=tRS_sC, smem=bSG_sC, gmem=bSG_gC,
-            atoms=c_atoms, pipeline=c_pipeline,
+            load=load, issue_load=issue_load, bits=bits, chunks=len(tTR_rAcc), fragment=fragment, r2s=r2s,
+            r2s_registers=tRS_rC, c_words=cute.recast_tensor(tTR_rC, cutlass.Int32), r2s_smem=tRS_sC, smem=bSG_sC, gmem=bSG_gC, atoms=c_atoms, pipeline=c_pipeline,
         )
 
     def _tmem_load_atoms(self, acc_tmem_ptr, warp_idx):
