@@ -963,7 +963,7 @@ def pack_f16x2_bits(lo, hi, *, loc=None, ip=None):
         asm(
             T.i32(),
             [ir_i32(hi, loc, ip), ir_i32(lo, loc, ip)],
-            "{\n .reg .f32 hi, lo;\n mov.b32 hi, $1;\n mov.b32 lo, $2;\n cvt.rn.f16x2.f32 $0, hi, lo;\n}",
+            "cvt.rn.f16x2.f32 $0, $1, $2;",  # .b32 registers agree with .f32 operands (PTX ISA: bit-size types)
             "=r,r,r",
             False,
         )
@@ -1702,10 +1702,14 @@ class Sm100GroupedGemm:
             tmem.allocate(TMEM_COLUMNS)
             tmem.wait_for_alloc()
             acc_tmem_ptr = tmem.retrieve_ptr(ACC_DTYPE)
-            self.epilogue(acc_pipeline, acc_tmem_ptr, args, walk, warp_idx, cta_in_worker, smem.c, c_store)
+            c_pipeline = self.epilogue(acc_pipeline, acc_tmem_ptr, args, walk, warp_idx, cta_in_worker, smem.c, c_store)
             tmem.relinquish_alloc_permit()
             self.epilogue_barrier.arrive_and_wait()
             tmem.free(acc_tmem_ptr)
+            if cutlass.const_expr(self.tma_epilogue):
+                # The TMA unit has read every box of this warp before the CTA exits (waited for
+                # after freeing TMEM, which does not depend on the stores).
+                c_pipeline.producer_tail()
 
     # ---- TMA warp ----
     @cute.jit
@@ -1962,7 +1966,7 @@ class Sm100GroupedGemm:
             load_columns = box.load
         tiles, begin, end = walk
         acc_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, ACC_STAGES)
-        stored = cutlass.Int32(0)  # epilogue="tma": this warp's TMA stores so far (its staging ring position)
+        c_stage = cutlass.Int32(0)  # epilogue="tma": the C staging stage of this warp's next TMA store
         for t in range(begin, end):
             g, n0, t0, m_end, n = tiles[t, 0], tiles[t, 1], tiles[t, 2], tiles[t, 4], tiles[t, 5]
             if cutlass.const_expr(self.tma_epilogue):
@@ -1980,23 +1984,22 @@ class Sm100GroupedGemm:
             if cutlass.const_expr(self.config.jobs == "stream"):
                 if tiles[t, 9] > 1:
                     if has_rows:
-                        stored = self._cut_part(acc_pipeline, acc_state, accumulator, args, tiles, t, chunks, rows, odd,
-                                                warp_idx, lane, cta_in_worker, box, stored)
+                        c_stage = self._cut_part(acc_pipeline, acc_state, accumulator, args, tiles, t, chunks, rows, odd,
+                                                warp_idx, lane, cta_in_worker, box, c_stage)
                     else:
                         self._release(acc_pipeline, acc_state)
                 else:
-                    stored = self._store_tile(acc_pipeline, acc_state, accumulator, has_rows, chunks, t0, rows, odd, box, stored)
+                    c_stage = self._store_tile(acc_pipeline, acc_state, accumulator, has_rows, chunks, t0, rows, odd, box, c_stage)
             else:
-                stored = self._store_tile(acc_pipeline, acc_state, accumulator, has_rows, chunks, t0, rows, odd, box, stored)
+                c_stage = self._store_tile(acc_pipeline, acc_state, accumulator, has_rows, chunks, t0, rows, odd, box, c_stage)
             acc_state.advance()
-        if cutlass.const_expr(self.tma_epilogue):
-            box.pipeline.producer_tail()  # the TMA unit has read every box before the CTA exits
+        return box.pipeline if cutlass.const_expr(self.tma_epilogue) else None
 
     @cute.jit
-    def _store_tile(self, acc_pipeline, acc_state, accumulator, has_rows, chunks, t0, rows, odd, box, stored):
+    def _store_tile(self, acc_pipeline, acc_state, accumulator, has_rows, chunks, t0, rows, odd, box, c_stage):
         """A whole tile (or all of its K): per 32 tokens, its columns from TMEM to C, then release the
         accumulator; with epilogue="tma" the release follows the last TMEM load (the TMA stores go
-        on after it). Returns the warp's TMA store count (epilogue="tma")."""
+        on after it). Returns the warp's next C staging stage (epilogue="tma")."""
         if has_rows:
             if cutlass.const_expr(self.tma_epilogue):
                 # Every chunk's TMEM load, one wait, the release, then the stores.
@@ -2009,14 +2012,14 @@ class Sm100GroupedGemm:
                 self._release(acc_pipeline, acc_state)
                 for chunk in cutlass.range_constexpr(box.chunks):
                     if chunk < chunks:
-                        stored = self._store_chunk(bits(chunk), t0 + EPILOGUE_COLUMNS * chunk, rows, odd, box, stored)
+                        c_stage = self._store_chunk(bits(chunk), t0 + EPILOGUE_COLUMNS * chunk, rows, odd, box, c_stage)
             else:
                 for chunk in range(chunks):
                     self._store_rows(self._columns(accumulator, chunk), t0 + EPILOGUE_COLUMNS * chunk, rows, odd)
                 self._release(acc_pipeline, acc_state)
         else:
             self._release(acc_pipeline, acc_state)
-        return stored
+        return c_stage
 
     def _columns(self, accumulator, chunk):
         """The accumulator's 32 fp32 columns 32 * chunk .. of this lane's weight row (epilogue="tma":
@@ -2028,16 +2031,16 @@ class Sm100GroupedGemm:
         return load_columns(stage, chunk)
 
     @cute.jit
-    def _store_chunk(self, values, first_row, rows, odd, box, stored):
+    def _store_chunk(self, values, first_row, rows, odd, box, c_stage):
         """32 token rows (first_row ..) of C from `values` (as _columns gives them): _store_rows, or
-        with epilogue="tma" _store_box, rows = (group, the warp's box row). Returns the warp's TMA
-        store count."""
+        with epilogue="tma" _store_box, rows = (group, the warp's box row). Returns the warp's next
+        C staging stage."""
         if cutlass.const_expr(self.tma_epilogue):
             g, box_row = rows
-            stored = self._store_box(box, values, g, (box_row, first_row // EPILOGUE_COLUMNS), stored)
+            c_stage = self._store_box(box, values, g, (box_row, first_row // EPILOGUE_COLUMNS), c_stage)
         else:
             self._store_rows([values[i] for i in range(EPILOGUE_COLUMNS)], first_row, rows, odd)
-        return stored
+        return c_stage
 
     @cute.jit
     def _release(self, acc_pipeline, acc_state):
@@ -2047,7 +2050,7 @@ class Sm100GroupedGemm:
 
     @cute.jit
     def _cut_part(self, acc_pipeline, acc_state, accumulator, args, tiles, t, chunks, rows, odd, warp_idx, lane, cta_in_worker,
-                  box, stored):
+                  box, c_stage):
         """One part of a cut tile (jobs="stream"; record t). The tile's sum is, per value, always
         (((-0.0 + partial 1) + partial 2) + ...) + partial 0 (-0.0 adds exactly, signed zeros too): the
         same bits whichever part finishes last. Part 0, the schedule's last part of the tile in time,
@@ -2056,7 +2059,7 @@ class Sm100GroupedGemm:
         slot, releases the accumulator and counts in; the part that counts in last adds the slots.
         A slot holds each thread's values in the order _columns gives them, so with epilogue="tma"
         the sums are in the TMEM-load atom's layout and go to C through _store_box. Returns the
-        warp's TMA store count (epilogue="tma")."""
+        warp's next C staging stage (epilogue="tma")."""
         parts, part, first_slot = tiles[t, 9], tiles[t, 10], tiles[t, 11]
         t0 = tiles[t, 2]
         counter = args.partial_counts + (
@@ -2076,7 +2079,7 @@ class Sm100GroupedGemm:
                 own = self._columns(accumulator, chunk)
                 for i in cutlass.range_constexpr(EPILOGUE_COLUMNS):
                     total[i] = total[i] + own[i]
-                stored = self._store_chunk(total, t0 + EPILOGUE_COLUMNS * chunk, rows, odd, box, stored)
+                c_stage = self._store_chunk(total, t0 + EPILOGUE_COLUMNS * chunk, rows, odd, box, c_stage)
             self._release(acc_pipeline, acc_state)
             reset_count(counter, lane)
         else:
@@ -2091,20 +2094,19 @@ class Sm100GroupedGemm:
                     last = [load_f32x4(self._slot(slots, 0, chunk) + q * CTA_WEIGHT_ROWS * 16) for q in range(EPILOGUE_COLUMNS // 4)]
                     for i in cutlass.range_constexpr(EPILOGUE_COLUMNS):
                         total[i] = total[i] + last[i // 4][i % 4]
-                    stored = self._store_chunk(total, t0 + EPILOGUE_COLUMNS * chunk, rows, odd, box, stored)
+                    c_stage = self._store_chunk(total, t0 + EPILOGUE_COLUMNS * chunk, rows, odd, box, c_stage)
                 reset_count(counter, lane)
-        return stored
+        return c_stage
 
     @cute.jit
-    def _store_box(self, box, values, g, box_coord, stored):
+    def _store_box(self, box, values, g, box_coord, c_stage):
         """epilogue="tma": this warp's 32 weight rows x 32 tokens of C, `values` (its share in the
-        TMEM-load atom's layout, fp32), rounded to fp16 and written with stmatrix into staging stage
-        `stored` % c_stages, then stored by TMA to group g's C at box `box_coord` (weight rows / 32,
+        TMEM-load atom's layout: fp32, or their b32 bits), rounded to fp16 and written with stmatrix
+        into C staging stage `c_stage`, then stored by TMA to group g's C at box `box_coord` (weight rows / 32,
         tokens / 32), clipped at N and M. Before writing the stage, the store that last read it
         (c_stages stores ago) must have read it (wait_group.read); between the stmatrix and the store,
         every lane's fence.proxy.async and a warp barrier (the TMA unit reads through the async proxy).
-        Returns the warp's store count."""
-        stage = stored % self.c_stages
+        Returns the next stage of the warp's ring."""
         # fp16 of each fp32 pair, packed as the C fragment holds it (the TMEM load's layout, compact:
         # values 2j and 2j + 1 are C word j), as NVIDIA's .load().to(fp16) rounds them
         bits = values if cutlass.const_expr(values.element_type == cutlass.Int32) else cute.recast_tensor(values, cutlass.Int32)
@@ -2113,18 +2115,18 @@ class Sm100GroupedGemm:
             words[j] = pack_f16x2_bits(bits[2 * j], bits[2 * j + 1])
         box.pipeline.producer_acquire()  # cp.async.bulk.wait_group.read c_stages - 1
         cute.arch.sync_warp()  # every lane's wait precedes every lane's write
-        cute.copy(box.r2s, box.r2s_registers, box.r2s_smem[(None, None, None, stage)])
+        cute.copy(box.r2s, box.r2s_registers, box.r2s_smem[(None, None, None, c_stage)])
         cute.arch.fence_proxy(cute.arch.ProxyKind.async_shared, space=cute.arch.SharedSpace.shared_cta)
         cute.arch.sync_warp()  # every lane's write and fence precede the store
         destination = box.gmem[(None, box_coord[0], box_coord[1], 0)]
         if cutlass.const_expr(self.config.descriptors == "selp"):
-            cute.copy(box.atoms[0], box.smem[(None, stage)], destination, tma_desc_ptr=group_tma_desc(g, box.atoms))
+            cute.copy(box.atoms[0], box.smem[(None, c_stage)], destination, tma_desc_ptr=group_tma_desc(g, box.atoms))
         else:
             for group in cutlass.range_constexpr(self.num_groups):
                 if g == group:
-                    cute.copy(box.atoms[group], box.smem[(None, stage)], destination)
+                    cute.copy(box.atoms[group], box.smem[(None, c_stage)], destination)
         box.pipeline.producer_commit()  # cp.async.bulk.commit_group
-        return stored + 1
+        return cutlass.Int32(cutlass.select_(c_stage == self.c_stages - 1, 0, c_stage + 1))  # the ring's next stage
 
 
     @cute.jit

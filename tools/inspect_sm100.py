@@ -27,7 +27,8 @@ Each field of the configuration must show in the PTX (config_problems): cta_grou
 load (cp.async.bulk.tensor...multicast::cluster), off forbids one (a 2-CTA tcgen05.commit still
 multicasts its arrival); pdl needs griddepcontrol, off forbids it; l2_hints needs createpolicy,
 off forbids it; prefetch needs prefetch.tensormap, off forbids it; epilogue "ptx" loads TMEM by
-inline tcgen05.ld, "atoms" by none. So SM100_SAFE has no cta_group::2, no .multicast::cluster,
+inline tcgen05.ld, "atoms" and "tma" by none; "tma" stores C by TMA (UTMASTG in the SASS), "ptx"
+and "atoms" by none. So SM100_SAFE has no cta_group::2, no .multicast::cluster,
 no griddepcontrol and no createpolicy. token_variants, descriptors and jobs have no single
 PTX mark; their compiles get every other check.
 Exit status: 0 all good, 1 a check failed, 2 bad use or cuobjdump/nvdisasm missing.
@@ -250,8 +251,12 @@ def config_problems(kernel: Kernel, config) -> list[str]:
     if kernel.issues_mma:
         if config.epilogue == "ptx" and not counts["inline_tmem_load"]:
             found.append("epilogue=ptx but no inline-asm tcgen05.ld")
-        elif config.epilogue == "atoms" and counts["inline_tmem_load"]:
-            found.append(f"epilogue=atoms but {counts['inline_tmem_load']} inline-asm tcgen05.ld")
+        elif config.epilogue in ("atoms", "tma") and counts["inline_tmem_load"]:
+            found.append(f"epilogue={config.epilogue} but {counts['inline_tmem_load']} inline-asm tcgen05.ld")
+        if config.epilogue == "tma" and not counts["UTMASTG"]:
+            found.append("epilogue=tma but no TMA store (UTMASTG)")
+        elif config.epilogue != "tma" and counts["UTMASTG"]:
+            found.append(f"epilogue={config.epilogue} but {counts['UTMASTG']} TMA store(s) (UTMASTG)")
     return found
 
 
