@@ -65,15 +65,18 @@ Warp roles (192 threads per CTA, 1 CTA per SM, clusters of 2):
              accumulator empty (8 arrivals: 4 epilogue warps x 2 CTAs). Signals (tcgen05.commit,
              multicast to the pair): stage empty, accumulator full.
   warps 0-3  epilogue, both CTAs: warp w reads TMEM lanes 32w..32w+31 (its weight rows), 32
-             token columns per tcgen05.ld, rounds to fp16 and stores to C. Waits: accumulator
-             full. Signals: the leader's accumulator empty. Warp 0 allocates TMEM (512 columns:
+             token columns per tcgen05.ld, rounds to fp16 and stores to C (epilogue="tma":
+             through its own C staging box and a TMA store). Waits: accumulator full. Signals:
+             the leader's accumulator empty. Warp 0 allocates TMEM (512 columns:
              2 x 128 accumulators, 16 SFA and 16 SFB columns) and frees it at the end.
 Named barriers: Barrier enum (epilogue, TMEM allocation). With cta_group 1 every CTA is its own
 leader, the TMA and commits stay in the CTA, and 4 warps release an accumulator.
 
 Memory path. 8 smem stages of 28 KB per CTA (weights 16 KB, tokens 8 KB, weight scales 2 KB,
 token scales 2 KB): as many as 227 KB holds, no C staging (cta_group 1: 6 stages of 36 KB, each
-CTA loads the whole token tile). L2 policies: weights and their scales evict-first on the last
+CTA loads the whole token tile). epilogue="tma" takes its C staging out of them by NVIDIA's rule
+(_compute_stages: two 8 KB C stages reserved, the operand stages that fit, the rest to C): 7
+operand stages and 3 C stages (cta_group 1: 5 and 5). L2 policies: weights and their scales evict-first on the last
 tile of their sole reader (a block run as one job; a block split over several pairs stays
 evict-normal, as it is read by them at once), evict-normal otherwise; tokens and their scales
 evict-last (re-read by every weight block). Token rows past M are zero-filled by the TMA.
@@ -94,6 +97,20 @@ so each lane stores 4 bytes and each warp store writes two 64-byte runs; every s
 predicated on its token row being below M (store_words_if, shared with Hopper), and the pair's
 second CTA stores nothing when its rows are past N. No smem staging keeps an eighth operand stage;
 gau-nernst's fastest entry stores straight from registers too.
+epilogue="tma" (built, not shipped) is NVIDIA's epilogue for a C whose contiguous mode is the MMA's
+M (ours: C^T, weights contiguous; the example's "M-major" C): the TMEM-load atom get_tmem_load_op
+picks (tcgen05.ld 16x256b), every chunk of the tile loaded before one tcgen05.wait::ld and the
+accumulator's release, fp16 pairs written by get_smem_store_op's stmatrix.trans into a C staging
+stage, fence.proxy.async, a warp barrier, and a TMA store of the warp's own box (32 weight rows x
+32 tokens: the 4 warps' boxes are disjoint 2 KB, so no named barrier joins them), through one more
+descriptor per group (selected as the others) that clips at M and N; wait_group.read before a
+stage is rewritten and, after TMEM is freed, before the CTA exits. Per 32 tokens a warp issues
+about 55 PTX instructions instead of about 135. Timed emulator, B200 description, shipped -> tma:
+25.64 -> 26.55 / 13.59 -> 13.78 / 6.57 -> 6.35 / 4.76 -> 4.40 us (geomean 10.22 -> 10.06): the
+tail of benchmarks 3 and 4 shrinks (1.26 -> 0.93 us), benchmarks 1 and 2 lose the eighth operand
+stage (the ptx epilogue with 7 stages: BENCHMARKS.md). The emulator charges each TMA store an
+estimated 500 cycles to its .read completion as to its write, and bar.warp.sync as a named
+barrier, both against this epilogue; no hardware has run it.
 
 Per-problem configuration: the token width per tile (the smaller of 64 / 128 that covers its
 tokens), 8 stages (all that fit), every tile its own job, no split-K (not built). The analytic model
@@ -122,7 +139,7 @@ nvidia/nvfp4_group_gemm, NaregAmirianMegan/NVFP4_Kernels):
   (not adopted: the pipeline runs across tiles, and unrolling is wrong when a worker has fewer
   k-tiles than stages and more than one tile, a reported pitfall); descriptor prefetch before the
   dependency wait (adopted); multicast of the token scales (adopted); streaming stores (adopted:
-  st.global from registers, no TMA store); evict-first weights (adopted, on a block's sole
+  st.global from registers; the TMA store is epilogue="tma"); evict-first weights (adopted, on a block's sole
   reader); switch-based tile lookup (replaced by the table walk); skip out-of-bounds loads (TMA
   zero-fill, no memory traffic; whole boxes past M are still issued); BLOCK_M 256 / two MMA_N 128
   (not adopted: token tiles stop at 128 so the accumulators double-buffer); CLC dynamic
@@ -130,7 +147,7 @@ nvidia/nvfp4_group_gemm, NaregAmirianMegan/NVFP4_Kernels):
   Nareg: buffers kept across calls (adopted: per shape signature); descriptors host-built, not
   patched per tile (adopted, as kernel parameters); TMA loads pipelined across tiles (adopted);
   ping-pong TMEM (adopted); A multicast (here: token-scale multicast; weights are split, not
-  shared, across the pair); TMA store for C (not adopted, see Epilogue); a tile-scheduler warp
+  shared, across the pair); TMA store for C (built as epilogue="tma", not shipped: see Epilogue); a tile-scheduler warp
   with a binary search (replaced by the precomputed table).
 
 Departures from NVIDIA's dense_blockscaled_gemm_persistent.py (cutlass v4.3.5), by switch:
@@ -149,7 +166,9 @@ Departures from NVIDIA's dense_blockscaled_gemm_persistent.py (cutlass v4.3.5), 
   pdl             on       off     no PDL                           griddepcontrol across calls
   l2_hints        on       off     no createpolicy (its loads       createpolicy, the loads'
                                    carry a zero cache hint)         cache-hint operands
-  epilogue        ptx      atoms   TMEM-load copy atoms             inline tcgen05.ld and its wait
+  epilogue        ptx      atoms   TMEM-load copy atoms, C staged   inline tcgen05.ld and its wait;
+                                   in smem, TMA store ("tma": the   "tma" also the direct stores
+                                   example's, per warp)             (st.global predicated on M)
   descriptors     selp     branch  each atom's own descriptor       descriptor addresses taken
                                                                     with cvta.param, picked by
                                                                     selp, passed as tma_desc_ptr
@@ -159,9 +178,9 @@ Departures from NVIDIA's dense_blockscaled_gemm_persistent.py (cutlass v4.3.5), 
   jobs            tiles    hybrid  a linear static tile scheduler   none on B200 alone: the same
                                                                     table walk runs on Hopper
 Departures no switch removes (SM100_SAFE keeps them): one launch for all groups with one TMA
-atom per group and operand; a tile's trip count and token range from the host's table; the
-epilogue stores from registers with st.global predicated on M (the example stages C in smem and
-stores it with TMA); token boxes partly past M, zero-filled by the TMA. The Hopper path runs the
+atom per group and operand; a tile's trip count and token range from the host's table; token
+boxes partly past M, zero-filled by the TMA. The direct stores (st.global predicated on M) are
+removed by epilogue="tma" only: SM100_SAFE keeps them. The Hopper path runs the
 same host path, table walk and store predication.
 
 Executed in emulation (emulator/, a functional emulator of sm_100a PTX proven on NVIDIA's block-
@@ -169,7 +188,8 @@ scaled GEMM; tests/test_emulator_submission.py in CI on every commit, `python to
 --emulate` on any CPU): SM100_SHIPPED and SM100_SAFE, in eager and adversarial timing, on task.yml's
 10 tests and on M = 1, 7, 40, 129, 255, N = 128 and 384 (a pair's second CTA wholly out of bounds),
 K = 256, 512, 768 and G = 1, 2, 5, 8, with 2 or 3 workers (stage and accumulator pipelines wrap);
-every job policy; each switch flipped from shipped; the B200's worker count (74 pairs, 148 CTAs) on
+every job policy; each switch flipped from shipped (epilogue="tma" also on all of the above shapes,
+paired and single CTAs; with jobs="stream" not yet); the B200's worker count (74 pairs, 148 CTAs) on
 small shapes. That runs the real host path (plan, schedule tables, LaunchArgs, CompiledLaunch and the
 DSL's own descriptor encoding) and, in the kernel, tcgen05.mma / cp / ld, TMEM allocation, the 2-CTA
 pairing and cluster launch, the multicasts, the pipelines and the epilogue's clipped stores.

@@ -317,7 +317,7 @@ def test_configurations_follow_the_submission():
 # Each switch of SM100_SHIPPED flipped alone: toward SM100_SAFE's value, and for `jobs` (the same in
 # both) each other policy.
 SINGLE_SWITCHES = ("cta_group=1", "token_variants=128", "multicast=off", "pdl=off", "l2_hints=off", "epilogue=atoms",
-                   "epilogue=tma", "descriptors=branch", "prefetch=off", "jobs=hybrid", "jobs=weight_blocks")
+                   "epilogue=tma", "descriptors=branch", "prefetch=off", "jobs=hybrid", "jobs=weight_blocks", "jobs=stream")
 COVERAGE = (  # (--groups, --config ...): issue 14's list
     ("1,2,3,4,5,8,16,32", ("shipped",)),
     ("2,8", ("safe",)),
