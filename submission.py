@@ -1135,6 +1135,9 @@ C_DTYPE = cutlass.Float16
 C_WARP_ROWS = 32
 C_STAGE_BYTES = CTA_WEIGHT_ROWS * EPILOGUE_COLUMNS * 2
 C_MIN_STAGES = 2  # as NVIDIA's _compute_stages starts; what the operand stages leave is added
+# epilogue="tma_last": a worker's last tile is staged in its idle operand stages, one C stage per
+# 32 tokens of the widest tile (no stage is reused, so no store is waited for before the exit)
+C_LAST_STAGES = ACC_STAGE_COLUMNS // EPILOGUE_COLUMNS
 PARTIAL_CTA_BYTES = CTA_WEIGHT_ROWS * ACC_STAGE_COLUMNS * 4  # one CTA's fp32 partial of a cut tile (jobs="stream")
 SMEM_BYTES = 232448  # 227 KiB: sm_100's dynamic shared memory per block
 SMEM_RESERVED_BYTES = 1024  # mbarriers and the TMEM address
@@ -1152,7 +1155,7 @@ class Barrier(enum.IntEnum):
     TMEM_ALLOC = 2  # the epilogue warps (allocator) and the MMA warp read the TMEM address
 
 
-EPILOGUE_KINDS = ("ptx", "atoms", "tma")
+EPILOGUE_KINDS = ("ptx", "atoms", "tma", "tma_last")
 _ON = {"on": True, "true": True, "1": True, "off": False, "false": False, "0": False}
 
 
@@ -1184,6 +1187,8 @@ class Sm100Config:
     # atom it picks (tcgen05.ld 16x256b), fp16 written with stmatrix.trans into a C staging buffer
     # in shared memory (c_stages of 8 KB, taken from the operand stages), and a TMA store per warp
     # of its 32 weight rows x 32 tokens, clipped at the group's bounds (no predicates).
+    # "tma_last": "ptx" for every tile but each worker's last, which goes the "tma" way through C
+    # staging in the then idle operand stages: no stage is given up, the tail is the TMA store's.
     epilogue: str = "ptx"
     # "selp": a copy takes its group's descriptor by address, picked by selects over the kernel
     # parameters (tma_desc_ptr); "branch": one copy per group behind `if group == g`, each with
@@ -1231,8 +1236,11 @@ class Sm100Config:
 
     @property
     def c_stages(self) -> int:
-        """C staging stages of epilogue="tma" (0 otherwise): what the operand stages leave, as
-        NVIDIA's _compute_stages adds it (cta_group 2: 7 operand stages and 3 C stages; 1: 5 and 5)."""
+        """C staging stages of epilogue="tma": what the operand stages leave, as NVIDIA's
+        _compute_stages adds it (cta_group 2: 7 operand stages and 3 C stages; 1: 5 and 5);
+        "tma_last": C_LAST_STAGES in the operand stages' memory; 0 otherwise."""
+        if self.epilogue == "tma_last":
+            return C_LAST_STAGES
         if self.epilogue != "tma":
             return 0
         return (SMEM_BYTES - SMEM_RESERVED_BYTES - self.stages * self.stage_bytes) // C_STAGE_BYTES
@@ -1439,7 +1447,9 @@ class Sm100GroupedGemm:
         self.cta_group = config.cta_group
         self.mma_cta_group = tcgen05.CtaGroup.TWO if config.cta_group == 2 else tcgen05.CtaGroup.ONE
         self.cluster_shape_mn = (config.cta_group, 1)
-        self.tma_epilogue = config.epilogue == "tma"
+        self.tma_epilogue = config.epilogue == "tma"  # every tile's C through the staging buffer
+        self.tma_last = config.epilogue == "tma_last"  # each worker's last tile's C only
+        self.c_staging = self.tma_epilogue or self.tma_last
         self.epilogue_barrier = pipeline.NamedBarrier(Barrier.EPILOGUE, 32 * len(EPILOGUE_WARPS))
         self.tmem_alloc_barrier = pipeline.NamedBarrier(Barrier.TMEM_ALLOC, 32 * (len(EPILOGUE_WARPS) + 1))
 
@@ -1480,10 +1490,11 @@ class Sm100GroupedGemm:
         )
         # Shared memory: the barriers, the operand ring, and with epilogue="tma" the C staging
         # stages (NVIDIA's _compute_stages: C_MIN_STAGES reserved, the operand stages that fit,
-        # then what they leave added to C); otherwise no C staging, all of it to the operand ring.
+        # then what they leave added to C); otherwise no C staging, all of it to the operand ring
+        # ("tma_last" stages C in the weights' stages once they are idle).
         capacity = utils.get_smem_capacity_in_bytes("sm_100")
         operand_bytes = a_bytes + b_bytes + sfa_bytes + sfb_bytes
-        if cutlass.const_expr(self.tma_epilogue):
+        if cutlass.const_expr(self.c_staging):
             # C^T's contiguous mode is the MMA's M (weights): NVIDIA's "M-major" C (COL_MAJOR).
             self.c_layout = utils.LayoutEnum.COL_MAJOR
             self.epi_tile = sm100_utils.compute_epilogue_tile_shape(
@@ -1496,8 +1507,13 @@ class Sm100GroupedGemm:
             c_atom = sm100_utils.make_smem_layout_atom(sm100_utils.get_smem_layout_atom_epi(self.c_layout, C_DTYPE, box), C_DTYPE)
             c_bytes = cute.size_in_bytes(C_DTYPE, cute.tile_to_shape(c_atom, (CTA_WEIGHT_ROWS, EPILOGUE_COLUMNS, 1), order=(1, 0, 2)))
             assert c_bytes == C_STAGE_BYTES
-            self.num_stages = (capacity - SMEM_RESERVED_BYTES - C_MIN_STAGES * c_bytes) // operand_bytes
-            self.c_stages = (capacity - SMEM_RESERVED_BYTES - self.num_stages * operand_bytes) // c_bytes
+            if cutlass.const_expr(self.tma_last):
+                self.num_stages = (capacity - SMEM_RESERVED_BYTES) // operand_bytes
+                self.c_stages = C_LAST_STAGES
+                assert self.c_stages * c_bytes <= self.num_stages * a_bytes, "C staging must fit the weights' stages"
+            else:
+                self.num_stages = (capacity - SMEM_RESERVED_BYTES - C_MIN_STAGES * c_bytes) // operand_bytes
+                self.c_stages = (capacity - SMEM_RESERVED_BYTES - self.num_stages * operand_bytes) // c_bytes
             assert self.c_stages == self.config.c_stages, "the host's C stage count must match"
             # (EPI_M = 128, EPI_N = 32, C_STAGE)
             self.c_smem_layout = cute.tile_to_shape(
@@ -1574,7 +1590,7 @@ class Sm100GroupedGemm:
             weight_sf_atoms.append(atom_wsf)
             token_sf_atoms.append(atom_tsf)
             coords.append((tma_w, tuple(tma_tokens), tma_wsf, tma_tsf))
-            if cutlass.const_expr(self.tma_epilogue):
+            if cutlass.const_expr(self.c_staging):
                 # C as the MMA sees it, (weights n, tokens m, L): the group's [m, n] fp16 tensor,
                 # n contiguous; the TMA store of a warp's box clips at n and m.
                 atom_c, tma_c = cpasync.make_tiled_tma_atom(
@@ -1602,7 +1618,7 @@ class Sm100GroupedGemm:
             ]
         self.shared_storage = cute.struct(SharedStorage)
         # epilogue="tma": (C's atom per group, group 0's C coordinate tensor); else empty.
-        c_store = (tuple(c_atoms), c_coords[0]) if self.tma_epilogue else ()
+        c_store = (tuple(c_atoms), c_coords[0]) if self.c_staging else ()
         self.kernel(
             tuple(weight_atoms), tuple(tuple(a) for a in token_atoms), tuple(weight_sf_atoms), tuple(token_sf_atoms),
             coords[0], c_store, args,
@@ -1652,7 +1668,8 @@ class Sm100GroupedGemm:
         """weight_atoms etc.: one TMA atom per group (token_atoms: per variant, then per group);
         coords: group 0's TMA coordinate tensors (weights, tokens per variant, weight scales, token
         scales), used for every group: coordinates are tile indices, the group's descriptor bounds them;
-        c_store: epilogue="tma"'s (C store atom per group, group 0's C coordinate tensor), else ()."""
+        c_store: epilogue="tma"/"tma_last"'s (C store atom per group, group 0's C coordinate tensor),
+        else ()."""
         self._setup()  # the MMAs and layouts, rebuilt inside the kernel: all of them are static
         if cutlass.const_expr(self.config.pdl):
             # The next call's kernel may start on SMs this one leaves, overlapping its launch and
@@ -1701,10 +1718,16 @@ class Sm100GroupedGemm:
             b=[storage.sB.get_tensor(v.b_smem_layout.outer, swizzle=v.b_smem_layout.inner) for v in self.variants],
             sfa=storage.sSFA.get_tensor(self.sfa_smem_layout),
             sfb=storage.sSFB.get_tensor(self.sfb_smem_layout),
-            # epilogue="tma": (EPI_M = 128, EPI_N = 32, C_STAGE), the C staging buffer
-            c=storage.sC.get_tensor(self.c_smem_layout.outer, swizzle=self.c_smem_layout.inner)
-            if cutlass.const_expr(self.tma_epilogue) else None,
         )
+        if cutlass.const_expr(self.tma_epilogue):
+            # (EPI_M = 128, EPI_N = 32, C_STAGE): the C staging buffer
+            smem.c = storage.sC.get_tensor(self.c_smem_layout.outer, swizzle=self.c_smem_layout.inner)
+        elif cutlass.const_expr(self.tma_last):
+            # (EPI_M = 128, EPI_N = 32, C_STAGE) over the weights' first stages, written only after the
+            # worker's last MMAs completed (its last accumulator's full barrier): no load follows them.
+            smem.c = storage.sA.get_tensor(self.c_smem_layout.outer, swizzle=self.c_smem_layout.inner, dtype=C_DTYPE)
+        else:
+            smem.c = None
         tiles = gmem_matrix(cutlass.Int32, args.tiles, args.num_tiles, len(RECORD_FIELDS))
         worker_tiles = gmem_matrix(cutlass.Int32, args.worker_tiles, args.num_workers, 2)
         walk = (tiles, worker_tiles[worker, 0], worker_tiles[worker, 1])
@@ -1726,7 +1749,7 @@ class Sm100GroupedGemm:
             tmem.relinquish_alloc_permit()
             self.epilogue_barrier.arrive_and_wait()
             tmem.free(acc_tmem_ptr)
-            if cutlass.const_expr(self.tma_epilogue):
+            if cutlass.const_expr(self.c_staging):
                 # The TMA unit has read every box of this warp before the CTA exits (waited for
                 # after freeing TMEM, which does not depend on the stores).
                 c_pipeline.producer_tail()
@@ -1974,8 +1997,9 @@ class Sm100GroupedGemm:
         to C (4 bytes per lane, lanes paired by row_pair_word), each store predicated on its token
         row being below M. With epilogue="tma", per 32 tokens the TMEM-load atom NVIDIA's epilogue
         picks, fp16 through stmatrix into the warp's C staging box and a TMA store of the box
-        (_store_box); the accumulator is released after the tile's last TMEM load. With
-        jobs="stream", a part of a cut tile goes through _cut_part. Waits on: the accumulator's full
+        (_store_box); the accumulator is released after the tile's last TMEM load; "tma_last" so
+        for the worker's last tile only. With jobs="stream", a part of a cut tile goes through
+        _cut_part. Waits on: the accumulator's full
         barrier. Signals: the accumulator's empty barrier of the leader."""
         lane = cute.arch.lane_idx()
         odd = lane % 2
@@ -1989,9 +2013,10 @@ class Sm100GroupedGemm:
         c_stage = cutlass.Int32(0)  # epilogue="tma": the C staging stage of this warp's next TMA store
         for t in range(begin, end):
             g, n0, t0, m_end, n = tiles[t, 0], tiles[t, 1], tiles[t, 2], tiles[t, 4], tiles[t, 5]
+            # (group, this warp's box row: its first weight row / C_WARP_ROWS): a TMA store's rows
+            box_rows = (g, (n0 + CTA_WEIGHT_ROWS * cta_in_worker) // C_WARP_ROWS + warp_idx)
             if cutlass.const_expr(self.tma_epilogue):
-                # (group, this warp's box row: its first weight row / C_WARP_ROWS)
-                rows = (g, (n0 + CTA_WEIGHT_ROWS * cta_in_worker) // C_WARP_ROWS + warp_idx)
+                rows = box_rows
             else:
                 rows = (n0 + CTA_WEIGHT_ROWS * cta_in_worker + 32 * warp_idx + lane, m_end, n, select_by_group(g, args.c))
             chunks = (m_end - t0 + EPILOGUE_COLUMNS - 1) // EPILOGUE_COLUMNS
@@ -2009,19 +2034,38 @@ class Sm100GroupedGemm:
                     else:
                         self._release(acc_pipeline, acc_state)
                 else:
-                    c_stage = self._store_tile(acc_pipeline, acc_state, accumulator, has_rows, chunks, t0, rows, odd, box, c_stage)
+                    c_stage = self._whole_tile(acc_pipeline, acc_state, accumulator, has_rows, chunks, t0, rows, box_rows,
+                                               odd, box, c_stage, t == end - 1)
             else:
-                c_stage = self._store_tile(acc_pipeline, acc_state, accumulator, has_rows, chunks, t0, rows, odd, box, c_stage)
+                c_stage = self._whole_tile(acc_pipeline, acc_state, accumulator, has_rows, chunks, t0, rows, box_rows, odd,
+                                           box, c_stage, t == end - 1)
             acc_state.advance()
-        return box.pipeline if cutlass.const_expr(self.tma_epilogue) else None
+        return box.pipeline if cutlass.const_expr(self.c_staging) else None
 
     @cute.jit
-    def _store_tile(self, acc_pipeline, acc_state, accumulator, has_rows, chunks, t0, rows, odd, box, c_stage):
+    def _whole_tile(self, acc_pipeline, acc_state, accumulator, has_rows, chunks, t0, rows, box_rows, odd, box, c_stage,
+                    is_last):
+        """A whole tile's C (_store_tile): through the staging box with epilogue="tma", and with
+        "tma_last" if it is the worker's last tile (`is_last`), directly otherwise."""
+        if cutlass.const_expr(self.tma_last):
+            if is_last:
+                c_stage = self._store_tile(acc_pipeline, acc_state, accumulator, has_rows, chunks, t0, box_rows, odd, box,
+                                           c_stage, True)
+            else:
+                self._store_tile(acc_pipeline, acc_state, accumulator, has_rows, chunks, t0, rows, odd, box, c_stage, False)
+        else:
+            c_stage = self._store_tile(acc_pipeline, acc_state, accumulator, has_rows, chunks, t0, rows, odd, box, c_stage,
+                                       self.tma_epilogue)
+        return c_stage
+
+    @cute.jit
+    def _store_tile(self, acc_pipeline, acc_state, accumulator, has_rows, chunks, t0, rows, odd, box, c_stage,
+                    via_box: cutlass.Constexpr):
         """A whole tile (or all of its K): per 32 tokens, its columns from TMEM to C, then release the
-        accumulator; with epilogue="tma" the release follows the last TMEM load (the TMA stores go
-        on after it). Returns the warp's next C staging stage (epilogue="tma")."""
+        accumulator; through the staging box (`via_box`), every TMEM load first, then the release,
+        then the TMA stores. Returns the warp's next C staging stage."""
         if has_rows:
-            if cutlass.const_expr(self.tma_epilogue):
+            if cutlass.const_expr(via_box):
                 # Every chunk's TMEM load, one wait, the release, then the stores.
                 issue_load, bits = box.issue_load, box.bits  # plain functions: the DSL takes a method call's receiver for written state
                 stage = accumulator[1]
@@ -2032,7 +2076,7 @@ class Sm100GroupedGemm:
                 self._release(acc_pipeline, acc_state)
                 for chunk in cutlass.range_constexpr(box.chunks):
                     if chunk < chunks:
-                        c_stage = self._store_chunk(bits(chunk), t0 + EPILOGUE_COLUMNS * chunk, rows, odd, box, c_stage)
+                        c_stage = self._store_box(box, bits(chunk), rows[0], (rows[1], t0 // EPILOGUE_COLUMNS + chunk), c_stage)
             else:
                 for chunk in range(chunks):
                     self._store_rows(self._columns(accumulator, chunk), t0 + EPILOGUE_COLUMNS * chunk, rows, odd)
@@ -2044,9 +2088,10 @@ class Sm100GroupedGemm:
     def _columns(self, accumulator, chunk):
         """The accumulator's 32 fp32 columns 32 * chunk .. of this lane's weight row (epilogue="tma":
         this thread's 32 values of those columns, in the TMEM-load atom's layout); accumulator = (this
-        lane's TMEM address of the stage, the stage, the "atoms"/"tma" epilogue's load or None)."""
+        lane's TMEM address of the stage, the stage, the "atoms"/"tma" epilogue's load or None; the
+        "tma_last" epilogue's tiles other than the last load as "ptx")."""
         address, stage, load_columns = accumulator
-        if cutlass.const_expr(self.config.epilogue == "ptx"):
+        if cutlass.const_expr(self.config.epilogue in ("ptx", "tma_last")):
             return _tmem_load_32_columns(address + EPILOGUE_COLUMNS * chunk)
         return load_columns(stage, chunk)
 
@@ -2192,7 +2237,7 @@ class Sm100GroupedGemm:
         store of this warp's box (its 32 weight rows x 32 tokens; the warps' boxes are disjoint, so
         each warp stores its own and no named barrier joins them). `load(stage, chunk)` returns
         this thread's fp32 values of 32 token columns."""
-        if not self.tma_epilogue:
+        if not self.c_staging:
             return None
         c_atoms, tma_c = c_store
         tidx = 32 * warp_idx + cute.arch.lane_idx()

@@ -28,7 +28,7 @@ load (cp.async.bulk.tensor...multicast::cluster), off forbids one (a 2-CTA tcgen
 multicasts its arrival); pdl needs griddepcontrol, off forbids it; l2_hints needs createpolicy,
 off forbids it; prefetch needs prefetch.tensormap, off forbids it; epilogue "ptx" loads TMEM by
 inline tcgen05.ld, "atoms" and "tma" by none; "tma" stores C by TMA (UTMASTG in the SASS), "ptx"
-and "atoms" by none. So SM100_SAFE has no cta_group::2, no .multicast::cluster,
+and "atoms" by none; "tma_last" does both (inline loads, and TMA stores for a worker's last tile). So SM100_SAFE has no cta_group::2, no .multicast::cluster,
 no griddepcontrol and no createpolicy. token_variants, descriptors and jobs have no single
 PTX mark; their compiles get every other check.
 Exit status: 0 all good, 1 a check failed, 2 bad use or cuobjdump/nvdisasm missing.
@@ -249,13 +249,13 @@ def config_problems(kernel: Kernel, config) -> list[str]:
             if counts[count]:
                 found.append(f"cta_group=1 but {counts[count]} {what}")
     if kernel.issues_mma:
-        if config.epilogue == "ptx" and not counts["inline_tmem_load"]:
-            found.append("epilogue=ptx but no inline-asm tcgen05.ld")
+        if config.epilogue in ("ptx", "tma_last") and not counts["inline_tmem_load"]:
+            found.append(f"epilogue={config.epilogue} but no inline-asm tcgen05.ld")
         elif config.epilogue in ("atoms", "tma") and counts["inline_tmem_load"]:
             found.append(f"epilogue={config.epilogue} but {counts['inline_tmem_load']} inline-asm tcgen05.ld")
-        if config.epilogue == "tma" and not counts["UTMASTG"]:
-            found.append("epilogue=tma but no TMA store (UTMASTG)")
-        elif config.epilogue != "tma" and counts["UTMASTG"]:
+        if config.epilogue in ("tma", "tma_last") and not counts["UTMASTG"]:
+            found.append(f"epilogue={config.epilogue} but no TMA store (UTMASTG)")
+        elif config.epilogue in ("ptx", "atoms") and counts["UTMASTG"]:
             found.append(f"epilogue={config.epilogue} but {counts['UTMASTG']} TMA store(s) (UTMASTG)")
     return found
 
