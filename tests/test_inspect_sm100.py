@@ -258,6 +258,11 @@ def test_the_tma_epilogue_needs_a_tma_store_and_no_inline_tmem_load():
     stored.counts["UTMASTG"] = 4
     assert tool.kernel_problems(stored, config("safe,epilogue=tma")) == []
     assert tool.kernel_problems(stored, config("safe")) == ["epilogue=atoms but 4 TMA store(s) (UTMASTG)"]
+    # tma_last: "ptx" loads for every tile but the last, TMA stores for the last
+    assert tool.kernel_problems(kernel_of_ptx(SHIPPED_GEMM_PTX), config("shipped,epilogue=tma_last")) == [
+        "epilogue=tma_last but no TMA store (UTMASTG)"]
+    assert tool.kernel_problems(stored, config("safe,epilogue=tma_last")) == [
+        "epilogue=tma_last but no inline-asm tcgen05.ld"]
 
 
 def test_prefetch_on_fails_on_ptx_without_it():
@@ -317,7 +322,8 @@ def test_configurations_follow_the_submission():
 # Each switch of SM100_SHIPPED flipped alone: toward SM100_SAFE's value, and for `jobs` (the same in
 # both) each other policy.
 SINGLE_SWITCHES = ("cta_group=1", "token_variants=128", "multicast=off", "pdl=off", "l2_hints=off", "epilogue=atoms",
-                   "epilogue=tma", "descriptors=branch", "prefetch=off", "jobs=hybrid", "jobs=weight_blocks", "jobs=stream")
+                   "epilogue=tma", "epilogue=tma_last", "descriptors=branch", "prefetch=off", "jobs=hybrid",
+                   "jobs=weight_blocks", "jobs=stream")
 COVERAGE = (  # (--groups, --config ...): issue 14's list
     ("1,2,3,4,5,8,16,32", ("shipped",)),
     ("2,8", ("safe",)),
