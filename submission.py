@@ -65,15 +65,19 @@ Warp roles (192 threads per CTA, 1 CTA per SM, clusters of 2):
              accumulator empty (8 arrivals: 4 epilogue warps x 2 CTAs). Signals (tcgen05.commit,
              multicast to the pair): stage empty, accumulator full.
   warps 0-3  epilogue, both CTAs: warp w reads TMEM lanes 32w..32w+31 (its weight rows), 32
-             token columns per tcgen05.ld, rounds to fp16 and stores to C. Waits: accumulator
-             full. Signals: the leader's accumulator empty. Warp 0 allocates TMEM (512 columns:
+             token columns per tcgen05.ld, rounds to fp16 and stores to C (epilogue="tma":
+             through its own C staging box and a TMA store; "tma_last": so for the worker's last
+             tile). Waits: accumulator full. Signals: the leader's accumulator empty. Warp 0 allocates TMEM (512 columns:
              2 x 128 accumulators, 16 SFA and 16 SFB columns) and frees it at the end.
 Named barriers: Barrier enum (epilogue, TMEM allocation). With cta_group 1 every CTA is its own
 leader, the TMA and commits stay in the CTA, and 4 warps release an accumulator.
 
 Memory path. 8 smem stages of 28 KB per CTA (weights 16 KB, tokens 8 KB, weight scales 2 KB,
 token scales 2 KB): as many as 227 KB holds, no C staging (cta_group 1: 6 stages of 36 KB, each
-CTA loads the whole token tile). L2 policies: weights and their scales evict-first on the last
+CTA loads the whole token tile). epilogue="tma" takes its C staging out of them by NVIDIA's rule
+(_compute_stages: two 8 KB C stages reserved, the operand stages that fit, the rest to C): 7
+operand stages and 3 C stages (cta_group 1: 5 and 5). "tma_last" keeps every operand stage and
+stages its last tile's C in the weights' first 32 KB, idle once that tile's accumulator is full. L2 policies: weights and their scales evict-first on the last
 tile of their sole reader (a block run as one job; a block split over several pairs stays
 evict-normal, as it is read by them at once), evict-normal otherwise; tokens and their scales
 evict-last (re-read by every weight block). Token rows past M are zero-filled by the TMA.
@@ -94,6 +98,26 @@ so each lane stores 4 bytes and each warp store writes two 64-byte runs; every s
 predicated on its token row being below M (store_words_if, shared with Hopper), and the pair's
 second CTA stores nothing when its rows are past N. No smem staging keeps an eighth operand stage;
 gau-nernst's fastest entry stores straight from registers too.
+epilogue="tma" (built, not shipped) is NVIDIA's epilogue for a C whose contiguous mode is the MMA's
+M (ours: C^T, weights contiguous; the example's "M-major" C): the TMEM-load atom get_tmem_load_op
+picks (tcgen05.ld 16x256b), every chunk of the tile loaded before one tcgen05.wait::ld and the
+accumulator's release, fp16 pairs written by get_smem_store_op's stmatrix.trans into a C staging
+stage, fence.proxy.async, a warp barrier, and a TMA store of the warp's own box (32 weight rows x
+32 tokens: the 4 warps' boxes are disjoint 2 KB, so no named barrier joins them), through one more
+descriptor per group (selected as the others) that clips at M and N; wait_group.read before a
+stage is rewritten and, after TMEM is freed, before the CTA exits. Per 32 tokens a warp issues
+about 55 PTX instructions instead of about 135. Timed emulator, B200 description, shipped -> tma:
+25.64 -> 26.55 / 13.59 -> 13.78 / 6.57 -> 6.35 / 4.76 -> 4.40 us (geomean 10.22 -> 10.06): the
+tail of benchmarks 3 and 4 shrinks (1.26 -> 0.93 us), benchmarks 1 and 2 lose the eighth operand
+stage (the ptx epilogue with 7 stages: BENCHMARKS.md). "tma_last" (not shipped either) keeps it: a
+worker's tiles but its last store as "ptx" (their epilogue overlaps the next mainloop), the last,
+which is the tail, goes the "tma" way through 4 C stages in the weights' smem, free by then (every
+load of the worker landed, every MMA completed: its accumulator's full barrier; the emulator's
+race detection finds the same staging on earlier tiles): 25.27 / 13.24 / 6.35 / 4.32 us,
+geomean 9.79 (-4.2%), every benchmark faster, tail 0.85-0.90 us. The emulator charges each TMA
+store an estimated 500 cycles to its .read completion as to its write (at 1000: 4.59 / 6.62 on
+benchmarks 4 / 3, at 250: 4.23 / 6.26), and bar.warp.sync as a named barrier; no hardware has
+run either.
 
 Per-problem configuration: the token width per tile (the smaller of 64 / 128 that covers its
 tokens), 8 stages (all that fit), every tile its own job, no split-K (not built). The analytic model
@@ -122,7 +146,7 @@ nvidia/nvfp4_group_gemm, NaregAmirianMegan/NVFP4_Kernels):
   (not adopted: the pipeline runs across tiles, and unrolling is wrong when a worker has fewer
   k-tiles than stages and more than one tile, a reported pitfall); descriptor prefetch before the
   dependency wait (adopted); multicast of the token scales (adopted); streaming stores (adopted:
-  st.global from registers, no TMA store); evict-first weights (adopted, on a block's sole
+  st.global from registers; the TMA store is epilogue="tma"); evict-first weights (adopted, on a block's sole
   reader); switch-based tile lookup (replaced by the table walk); skip out-of-bounds loads (TMA
   zero-fill, no memory traffic; whole boxes past M are still issued); BLOCK_M 256 / two MMA_N 128
   (not adopted: token tiles stop at 128 so the accumulators double-buffer); CLC dynamic
@@ -130,7 +154,7 @@ nvidia/nvfp4_group_gemm, NaregAmirianMegan/NVFP4_Kernels):
   Nareg: buffers kept across calls (adopted: per shape signature); descriptors host-built, not
   patched per tile (adopted, as kernel parameters); TMA loads pipelined across tiles (adopted);
   ping-pong TMEM (adopted); A multicast (here: token-scale multicast; weights are split, not
-  shared, across the pair); TMA store for C (not adopted, see Epilogue); a tile-scheduler warp
+  shared, across the pair); TMA store for C (built as epilogue="tma", not shipped: see Epilogue); a tile-scheduler warp
   with a binary search (replaced by the precomputed table).
 
 Departures from NVIDIA's dense_blockscaled_gemm_persistent.py (cutlass v4.3.5), by switch:
@@ -149,7 +173,10 @@ Departures from NVIDIA's dense_blockscaled_gemm_persistent.py (cutlass v4.3.5), 
   pdl             on       off     no PDL                           griddepcontrol across calls
   l2_hints        on       off     no createpolicy (its loads       createpolicy, the loads'
                                    carry a zero cache hint)         cache-hint operands
-  epilogue        ptx      atoms   TMEM-load copy atoms             inline tcgen05.ld and its wait
+  epilogue        ptx      atoms   TMEM-load copy atoms, C staged   inline tcgen05.ld and its wait;
+                                   in smem, TMA store ("tma": the   "tma" also the direct stores
+                                   example's, per warp; "tma_last"  (st.global predicated on M)
+                                   for a worker's last tile)
   descriptors     selp     branch  each atom's own descriptor       descriptor addresses taken
                                                                     with cvta.param, picked by
                                                                     selp, passed as tma_desc_ptr
@@ -159,9 +186,9 @@ Departures from NVIDIA's dense_blockscaled_gemm_persistent.py (cutlass v4.3.5), 
   jobs            tiles    hybrid  a linear static tile scheduler   none on B200 alone: the same
                                                                     table walk runs on Hopper
 Departures no switch removes (SM100_SAFE keeps them): one launch for all groups with one TMA
-atom per group and operand; a tile's trip count and token range from the host's table; the
-epilogue stores from registers with st.global predicated on M (the example stages C in smem and
-stores it with TMA); token boxes partly past M, zero-filled by the TMA. The Hopper path runs the
+atom per group and operand; a tile's trip count and token range from the host's table; token
+boxes partly past M, zero-filled by the TMA. The direct stores (st.global predicated on M) are
+removed by epilogue="tma" only: SM100_SAFE keeps them. The Hopper path runs the
 same host path, table walk and store predication.
 
 Executed in emulation (emulator/, a functional emulator of sm_100a PTX proven on NVIDIA's block-
@@ -169,7 +196,9 @@ scaled GEMM; tests/test_emulator_submission.py in CI on every commit, `python to
 --emulate` on any CPU): SM100_SHIPPED and SM100_SAFE, in eager and adversarial timing, on task.yml's
 10 tests and on M = 1, 7, 40, 129, 255, N = 128 and 384 (a pair's second CTA wholly out of bounds),
 K = 256, 512, 768 and G = 1, 2, 5, 8, with 2 or 3 workers (stage and accumulator pipelines wrap);
-every job policy; each switch flipped from shipped; the B200's worker count (74 pairs, 148 CTAs) on
+every job policy; each switch flipped from shipped (epilogue="tma" and "tma_last" also on all of
+the above shapes, paired and single CTAs; with jobs="stream" on whole tiles only, cut parts need the
+emulator's atom); the B200's worker count (74 pairs, 148 CTAs) on
 small shapes. That runs the real host path (plan, schedule tables, LaunchArgs, CompiledLaunch and the
 DSL's own descriptor encoding) and, in the kernel, tcgen05.mma / cp / ld, TMEM allocation, the 2-CTA
 pairing and cluster launch, the multicasts, the pipelines and the epilogue's clipped stores.
@@ -956,6 +985,22 @@ def pack_f16x2(lo, hi, *, loc=None, ip=None):
 
 
 @dsl_user_op
+def pack_f16x2_bits(lo, hi, *, loc=None, ip=None):
+    """pack_f16x2 of two fp32 values given as their b32 bits (registers a tcgen05.ld wrote: read
+    only here, after its wait, as the ISA requires; a b32 -> f32 conversion in LLVM would be placed
+    right after the load)."""
+    return cutlass.Int32(
+        asm(
+            T.i32(),
+            [ir_i32(hi, loc, ip), ir_i32(lo, loc, ip)],
+            "cvt.rn.f16x2.f32 $0, $1, $2;",  # .b32 registers agree with .f32 operands (PTX ISA: bit-size types)
+            "=r,r,r",
+            False,
+        )
+    )
+
+
+@dsl_user_op
 def row_pair_word(mine, odd, lane_xor: int, *, loc=None, ip=None):
     """The 4 bytes this lane stores, given `mine` = f16x2 (C[j, n], C[j + 1, n]) of its output
     column n, where lane ^ lane_xor holds column n ^ 1 (odd = n is odd): for even n, C[j, n..n+1];
@@ -1091,9 +1136,17 @@ CTA_WEIGHT_ROWS = 128  # MMA M per CTA: one TMEM lane per weight row
 TOKEN_CHUNK = 128  # token tiles start at multiples of 128: one block of the blocked scale layout
 K_TILE = 256  # per smem stage: 4 MMAs of K = 64
 ACC_STAGE_COLUMNS = 128  # TMEM columns per accumulator (the largest token variant)
-SF_TMEM_COLUMNS = 32  # 16 SFA + 16 SFB columns after the accumulators
 TMEM_COLUMNS_PER_SM = 512
 EPILOGUE_COLUMNS = 32  # tokens per TMEM load (32x32b.x32) in the epilogue
+C_DTYPE = cutlass.Float16
+# epilogue="tma": a warp's TMA store box, its 32 weight rows (TMEM lanes) x EPILOGUE_COLUMNS tokens,
+# staged in shared memory; a stage holds the 4 warps' boxes (8 KB per CTA).
+C_WARP_ROWS = 32
+C_STAGE_BYTES = CTA_WEIGHT_ROWS * EPILOGUE_COLUMNS * 2
+C_MIN_STAGES = 2  # as NVIDIA's _compute_stages starts; what the operand stages leave is added
+# epilogue="tma_last": a worker's last tile is staged in its idle operand stages, one C stage per
+# 32 tokens of the widest tile (no stage is reused, so no store is waited for before the exit)
+C_LAST_STAGES = ACC_STAGE_COLUMNS // EPILOGUE_COLUMNS
 PARTIAL_CTA_BYTES = CTA_WEIGHT_ROWS * ACC_STAGE_COLUMNS * 4  # one CTA's fp32 partial of a cut tile (jobs="stream")
 SMEM_PER_SM = 233472  # 228 KiB of shared memory per SM, shared by the CTAs resident on it
 SMEM_SYSTEM_BYTES = 1024  # the driver's reserve per CTA: a lone CTA gets 227 KiB
@@ -1116,6 +1169,7 @@ class Barrier(enum.IntEnum):
     TMEM_ALLOC = 2  # the epilogue warps (allocator) and the MMA warp read the TMEM address
 
 
+EPILOGUE_KINDS = ("ptx", "atoms", "tma", "tma_last")
 _ON = {"on": True, "true": True, "1": True, "off": False, "false": False, "0": False}
 
 
@@ -1142,7 +1196,13 @@ class Sm100Config:
     # last tile of their sole reader.
     l2_hints: bool = True
     # "ptx": inline tcgen05.ld 32x32b.x32 per 32 token columns; "atoms": the library's TMEM-load
-    # copy atom (tcgen05.Ld32x32bOp), as the example loads its accumulator. Both store directly.
+    # copy atom (tcgen05.Ld32x32bOp). Both store C directly from registers (st.global). "tma": the
+    # example's epilogue for a C whose contiguous mode is the MMA's M (ours: C^T): the TMEM-load
+    # atom it picks (tcgen05.ld 16x256b), fp16 written with stmatrix.trans into a C staging buffer
+    # in shared memory (c_stages of 8 KB, taken from the operand stages), and a TMA store per warp
+    # of its 32 weight rows x 32 tokens, clipped at the group's bounds (no predicates).
+    # "tma_last": "ptx" for every tile but each worker's last, which goes the "tma" way through C
+    # staging in the then idle operand stages: no stage is given up, the tail is the TMA store's.
     epilogue: str = "ptx"
     # "selp": a copy takes its group's descriptor by address, picked by selects over the kernel
     # parameters (tma_desc_ptr); "branch": one copy per group behind `if group == g`, each with
@@ -1169,10 +1229,13 @@ class Sm100Config:
             raise ValueError(f"cta_group must be 1 or 2, got {self.cta_group!r}")
         if tuple(self.token_variants) not in ((64, 128), (128,)):
             raise ValueError(f"token_variants must be (64, 128) or (128,), got {self.token_variants!r}")
-        for name, allowed in (("epilogue", ("ptx", "atoms")), ("descriptors", ("selp", "branch")), ("jobs", JOB_POLICIES)):
+        for name, allowed in (("epilogue", EPILOGUE_KINDS), ("descriptors", ("selp", "branch")), ("jobs", JOB_POLICIES)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         object.__setattr__(self, "token_variants", tuple(self.token_variants))
+        if self.co_resident and self.epilogue == "tma_last":
+            # Two CTAs of 192 threads share the SM's 64K registers: 170 a thread at most (tma_last: ~236)
+            raise ValueError("co_resident needs an epilogue within 170 registers a thread: ptx, atoms or tma")
         # Without a pair there is nothing to multicast to: cta_group 1 turns multicast off.
         object.__setattr__(self, "multicast", bool(self.multicast) and self.cta_group == 2)
 
@@ -1196,8 +1259,22 @@ class Sm100Config:
 
     @property
     def stages(self) -> int:
-        """As many stages as shared memory holds (no C staging: the epilogue stores from registers)."""
-        return (self.smem_bytes - SMEM_RESERVED_BYTES) // self.stage_bytes
+        """As many operand stages as shared memory holds: all of it but the barriers when the
+        epilogue stores from registers; with epilogue="tma", less C_MIN_STAGES C staging stages (as
+        NVIDIA's _compute_stages)."""
+        staging = C_MIN_STAGES * C_STAGE_BYTES if self.epilogue == "tma" else 0
+        return (self.smem_bytes - SMEM_RESERVED_BYTES - staging) // self.stage_bytes
+
+    @property
+    def c_stages(self) -> int:
+        """C staging stages of epilogue="tma": what the operand stages leave, as NVIDIA's
+        _compute_stages adds it (cta_group 2: 7 operand stages and 3 C stages; 1: 5 and 5);
+        "tma_last": C_LAST_STAGES in the operand stages' memory; 0 otherwise."""
+        if self.epilogue == "tma_last":
+            return C_LAST_STAGES
+        if self.epilogue != "tma":
+            return 0
+        return (self.smem_bytes - SMEM_RESERVED_BYTES - self.stages * self.stage_bytes) // C_STAGE_BYTES
 
     @property
     def acc_stages(self) -> int:
@@ -1419,6 +1496,9 @@ class Sm100GroupedGemm:
         self.cta_group = config.cta_group
         self.mma_cta_group = tcgen05.CtaGroup.TWO if config.cta_group == 2 else tcgen05.CtaGroup.ONE
         self.cluster_shape_mn = (config.cta_group, 1)
+        self.tma_epilogue = config.epilogue == "tma"  # every tile's C through the staging buffer
+        self.tma_last = config.epilogue == "tma_last"  # each worker's last tile's C only
+        self.c_staging = self.tma_epilogue or self.tma_last
         self.epilogue_barrier = pipeline.NamedBarrier(Barrier.EPILOGUE, 32 * len(EPILOGUE_WARPS))
         self.tmem_alloc_barrier = pipeline.NamedBarrier(Barrier.TMEM_ALLOC, 32 * (len(EPILOGUE_WARPS) + 1))
 
@@ -1457,9 +1537,39 @@ class Sm100GroupedGemm:
         sfb_bytes = cute.size_in_bytes(
             SF_DTYPE, blockscaled_utils.make_smem_layout_sfb(widest, self.mma_tiler, SF_VEC_SIZE, 1)
         )
-        # No C staging in shared memory (the epilogue stores from registers): all of it but the
-        # barriers goes to the operand ring.
-        self.num_stages = (self.config.smem_bytes - SMEM_RESERVED_BYTES) // (a_bytes + b_bytes + sfa_bytes + sfb_bytes)
+        # Shared memory: the barriers, the operand ring, and with epilogue="tma" the C staging
+        # stages (NVIDIA's _compute_stages: C_MIN_STAGES reserved, the operand stages that fit,
+        # then what they leave added to C); otherwise no C staging, all of it to the operand ring
+        # ("tma_last" stages C in the weights' stages once they are idle).
+        capacity = self.config.smem_bytes
+        operand_bytes = a_bytes + b_bytes + sfa_bytes + sfb_bytes
+        if cutlass.const_expr(self.c_staging):
+            # C^T's contiguous mode is the MMA's M (weights): NVIDIA's "M-major" C (COL_MAJOR).
+            self.c_layout = utils.LayoutEnum.COL_MAJOR
+            self.epi_tile = sm100_utils.compute_epilogue_tile_shape(
+                (CTA_WEIGHT_ROWS, token_variants[-1]), self.cta_group == 2, self.c_layout, C_DTYPE
+            )
+            # One warp's TMA store box (C_WARP_ROWS weight rows x EPILOGUE_COLUMNS tokens); a stage
+            # tiles the CTA's 4 boxes along M, so each warp's box is 2 KB of contiguous shared memory.
+            box = (C_WARP_ROWS, EPILOGUE_COLUMNS)
+            self.c_box_layout = cute.slice_(sm100_utils.make_smem_layout_epi(C_DTYPE, self.c_layout, box, 1), (None, None, 0))
+            c_atom = sm100_utils.make_smem_layout_atom(sm100_utils.get_smem_layout_atom_epi(self.c_layout, C_DTYPE, box), C_DTYPE)
+            c_bytes = cute.size_in_bytes(C_DTYPE, cute.tile_to_shape(c_atom, (CTA_WEIGHT_ROWS, EPILOGUE_COLUMNS, 1), order=(1, 0, 2)))
+            assert c_bytes == C_STAGE_BYTES
+            if cutlass.const_expr(self.tma_last):
+                self.num_stages = (capacity - SMEM_RESERVED_BYTES) // operand_bytes
+                self.c_stages = C_LAST_STAGES
+                assert self.c_stages * c_bytes <= self.num_stages * a_bytes, "C staging must fit the weights' stages"
+            else:
+                self.num_stages = (capacity - SMEM_RESERVED_BYTES - C_MIN_STAGES * c_bytes) // operand_bytes
+                self.c_stages = (capacity - SMEM_RESERVED_BYTES - self.num_stages * operand_bytes) // c_bytes
+            assert self.c_stages == self.config.c_stages, "the host's C stage count must match"
+            # (EPI_M = 128, EPI_N = 32, C_STAGE)
+            self.c_smem_layout = cute.tile_to_shape(
+                c_atom, (CTA_WEIGHT_ROWS, EPILOGUE_COLUMNS, self.c_stages), order=(1, 0, 2)
+            )
+        else:
+            self.num_stages = (capacity - SMEM_RESERVED_BYTES) // operand_bytes
         assert self.num_stages == self.config.stages, "the host's stage count (schedule costs) must match"
 
         self.a_smem_layout = sm100_utils.make_smem_layout_a(widest, self.mma_tiler, AB_DTYPE, self.num_stages)
@@ -1501,6 +1611,7 @@ class Sm100GroupedGemm:
         # become kernel parameters. The MMA's A operand is the weights (b), its B operand the tokens (a).
         weight_atoms, token_atoms, weight_sf_atoms, token_sf_atoms = [], [[] for _ in self.variants], [], []
         coords = []  # group 0's coordinate tensors, kept for every group
+        c_atoms, c_coords = [], []  # epilogue="tma": C's TMA store atom per group
         for g in cutlass.range_constexpr(self.num_groups):
             m, n, k = args.m[g], args.n[g], args.k[g]
             weights = self._operand(args.b[g], n, k)
@@ -1528,8 +1639,16 @@ class Sm100GroupedGemm:
             weight_sf_atoms.append(atom_wsf)
             token_sf_atoms.append(atom_tsf)
             coords.append((tma_w, tuple(tma_tokens), tma_wsf, tma_tsf))
+            if cutlass.const_expr(self.c_staging):
+                # C as the MMA sees it, (weights n, tokens m, L): the group's [m, n] fp16 tensor,
+                # n contiguous; the TMA store of a warp's box clips at n and m.
+                atom_c, tma_c = cpasync.make_tiled_tma_atom(
+                    cpasync.CopyBulkTensorTileS2GOp(), self._c_matrix(args.c[g], m, n), self.c_box_layout,
+                    (C_WARP_ROWS, EPILOGUE_COLUMNS),
+                )
+                c_atoms.append(atom_c)
+                c_coords.append(tma_c)
 
-        @cute.struct
         class SharedStorage:
             ab_full: cute.struct.MemRange[cutlass.Int64, self.num_stages]
             ab_empty: cute.struct.MemRange[cutlass.Int64, self.num_stages]
@@ -1542,15 +1661,21 @@ class Sm100GroupedGemm:
             sSFA: cute.struct.Align[cute.struct.MemRange[SF_DTYPE, cute.cosize(self.sfa_smem_layout)], 1024]
             sSFB: cute.struct.Align[cute.struct.MemRange[SF_DTYPE, cute.cosize(self.sfb_smem_layout)], 1024]
 
-        self.shared_storage = SharedStorage
+        if cutlass.const_expr(self.tma_epilogue):
+            SharedStorage.__annotations__["sC"] = cute.struct.Align[
+                cute.struct.MemRange[C_DTYPE, cute.cosize(self.c_smem_layout.outer)], 1024
+            ]
+        self.shared_storage = cute.struct(SharedStorage)
+        # epilogue="tma": (C's atom per group, group 0's C coordinate tensor); else empty.
+        c_store = (tuple(c_atoms), c_coords[0]) if self.c_staging else ()
         self.kernel(
             tuple(weight_atoms), tuple(tuple(a) for a in token_atoms), tuple(weight_sf_atoms), tuple(token_sf_atoms),
-            coords[0], args,
+            coords[0], c_store, args,
         ).launch(
             grid=(self.cta_group * args.num_workers, 1, 1),
             block=[THREADS_PER_CTA, 1, 1],
             cluster=(*self.cluster_shape_mn, 1),
-            smem=SharedStorage.size_in_bytes(),
+            smem=self.shared_storage.size_in_bytes(),
             stream=args.stream,
             min_blocks_per_mp=1,
             use_pdl=self.config.pdl,
@@ -1562,6 +1687,14 @@ class Sm100GroupedGemm:
         ptr = cute.make_ptr(AB_DTYPE, address, cute.AddressSpace.gmem, assumed_align=16)
         k = cute.assume(k, K_TILE)
         return cute.make_tensor(ptr, cute.make_layout((rows, k, 1), stride=(k, 1, 0)))
+
+    @staticmethod
+    def _c_matrix(address, m, n):
+        """The contract's c ([m, n, 1] fp16, n contiguous) as the MMA's (M = weights n, N = tokens
+        m, L): NVIDIA's M-major C."""
+        ptr = cute.make_ptr(C_DTYPE, address, cute.AddressSpace.gmem, assumed_align=16)
+        n = cute.assume(n, N_MULTIPLE)
+        return cute.make_tensor(ptr, cute.make_layout((n, m, 1), stride=(1, n, 0)))
 
     @staticmethod
     def _scales(address, rows, k):
@@ -1578,11 +1711,14 @@ class Sm100GroupedGemm:
         weight_sf_atoms: tuple,
         token_sf_atoms: tuple,
         coords: tuple,
+        c_store: tuple,
         args: LaunchArgsView,
     ):
         """weight_atoms etc.: one TMA atom per group (token_atoms: per variant, then per group);
         coords: group 0's TMA coordinate tensors (weights, tokens per variant, weight scales, token
-        scales), used for every group: coordinates are tile indices, the group's descriptor bounds them."""
+        scales), used for every group: coordinates are tile indices, the group's descriptor bounds them;
+        c_store: epilogue="tma"/"tma_last"'s (C store atom per group, group 0's C coordinate tensor),
+        else ()."""
         self._setup()  # the MMAs and layouts, rebuilt inside the kernel: all of them are static
         if cutlass.const_expr(self.config.pdl):
             # The next call's kernel may start on SMs this one leaves, overlapping its launch and
@@ -1632,6 +1768,15 @@ class Sm100GroupedGemm:
             sfa=storage.sSFA.get_tensor(self.sfa_smem_layout),
             sfb=storage.sSFB.get_tensor(self.sfb_smem_layout),
         )
+        if cutlass.const_expr(self.tma_epilogue):
+            # (EPI_M = 128, EPI_N = 32, C_STAGE): the C staging buffer
+            smem.c = storage.sC.get_tensor(self.c_smem_layout.outer, swizzle=self.c_smem_layout.inner)
+        elif cutlass.const_expr(self.tma_last):
+            # (EPI_M = 128, EPI_N = 32, C_STAGE) over the weights' first stages, written only after the
+            # worker's last MMAs completed (its last accumulator's full barrier): no load follows them.
+            smem.c = storage.sA.get_tensor(self.c_smem_layout.outer, swizzle=self.c_smem_layout.inner, dtype=C_DTYPE)
+        else:
+            smem.c = None
         tiles = gmem_matrix(cutlass.Int32, args.tiles, args.num_tiles, len(RECORD_FIELDS))
         worker_tiles = gmem_matrix(cutlass.Int32, args.worker_tiles, args.num_workers, 2)
         walk = (tiles, worker_tiles[worker, 0], worker_tiles[worker, 1])
@@ -1649,10 +1794,14 @@ class Sm100GroupedGemm:
             tmem.allocate(self.config.tmem_columns)
             tmem.wait_for_alloc()
             acc_tmem_ptr = tmem.retrieve_ptr(ACC_DTYPE)
-            self.epilogue(acc_pipeline, acc_tmem_ptr, args, walk, warp_idx, cta_in_worker)
+            c_pipeline = self.epilogue(acc_pipeline, acc_tmem_ptr, args, walk, warp_idx, cta_in_worker, smem.c, c_store)
             tmem.relinquish_alloc_permit()
             self.epilogue_barrier.arrive_and_wait()
             tmem.free(acc_tmem_ptr)
+            if cutlass.const_expr(self.c_staging):
+                # The TMA unit has read every box of this warp before the CTA exits (waited for
+                # after freeing TMEM, which does not depend on the stores).
+                c_pipeline.producer_tail()
 
     # ---- TMA warp ----
     @cute.jit
@@ -1914,22 +2063,35 @@ class Sm100GroupedGemm:
 
     # ---- epilogue warps ----
     @cute.jit
-    def epilogue(self, acc_pipeline, acc_tmem_ptr, args, walk, warp_idx, cta_in_worker):
+    def epilogue(self, acc_pipeline, acc_tmem_ptr, args, walk, warp_idx, cta_in_worker, sC, c_store):
         """Warps 0-3 of every CTA. Warp w holds TMEM lanes 32w..32w+31: weight rows
         n0 + 128 * cta_in_worker + 32w + lane of the tile; per 32 tokens, one TMEM load of 32 fp32
         columns (inline tcgen05.ld, or the library's copy atom), rounded to fp16 and stored straight
         to C (4 bytes per lane, lanes paired by row_pair_word), each store predicated on its token
-        row being below M. With jobs="stream", a part of a cut tile goes through _cut_part. Waits
-        on: the accumulator's full barrier. Signals: the accumulator's empty barrier of the leader."""
+        row being below M. With epilogue="tma", per 32 tokens the TMEM-load atom NVIDIA's epilogue
+        picks, fp16 through stmatrix into the warp's C staging box and a TMA store of the box
+        (_store_box); the accumulator is released after the tile's last TMEM load; "tma_last" so
+        for the worker's last tile only. With jobs="stream", a part of a cut tile goes through
+        _cut_part. Waits on: the accumulator's full
+        barrier. Signals: the accumulator's empty barrier of the leader."""
         lane = cute.arch.lane_idx()
         odd = lane % 2
         lane_address = acc_tmem_ptr.toint() + ((32 * warp_idx) << 16)  # TMEM address: lane << 16 | column
         load_columns = self._tmem_load_atoms(acc_tmem_ptr, warp_idx)
+        box = self._c_store_partitions(acc_tmem_ptr, warp_idx, sC, c_store)
+        if cutlass.const_expr(self.tma_epilogue):
+            load_columns = box.load
         tiles, begin, end = walk
         acc_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.config.acc_stages)
+        c_stage = cutlass.Int32(0)  # epilogue="tma": the C staging stage of this warp's next TMA store
         for t in range(begin, end):
             g, n0, t0, m_end, n = tiles[t, 0], tiles[t, 1], tiles[t, 2], tiles[t, 4], tiles[t, 5]
-            rows = (n0 + CTA_WEIGHT_ROWS * cta_in_worker + 32 * warp_idx + lane, m_end, n, select_by_group(g, args.c))
+            # (group, this warp's box row: its first weight row / C_WARP_ROWS): a TMA store's rows
+            box_rows = (g, (n0 + CTA_WEIGHT_ROWS * cta_in_worker) // C_WARP_ROWS + warp_idx)
+            if cutlass.const_expr(self.tma_epilogue):
+                rows = box_rows
+            else:
+                rows = (n0 + CTA_WEIGHT_ROWS * cta_in_worker + 32 * warp_idx + lane, m_end, n, select_by_group(g, args.c))
             chunks = (m_end - t0 + EPILOGUE_COLUMNS - 1) // EPILOGUE_COLUMNS
             accumulator = (lane_address + acc_state.index * ACC_STAGE_COLUMNS, acc_state.index, load_columns)
 
@@ -1940,29 +2102,83 @@ class Sm100GroupedGemm:
             if cutlass.const_expr(self.config.jobs == "stream"):
                 if tiles[t, 9] > 1:
                     if has_rows:
-                        self._cut_part(acc_pipeline, acc_state, accumulator, args, tiles, t, chunks, rows, odd, warp_idx,
-                                       lane, cta_in_worker)
+                        c_stage = self._cut_part(acc_pipeline, acc_state, accumulator, args, tiles, t, chunks, rows, odd,
+                                                warp_idx, lane, cta_in_worker, box, c_stage)
                     else:
                         self._release(acc_pipeline, acc_state)
                 else:
-                    if has_rows:
-                        for chunk in range(chunks):
-                            self._store_rows(self._columns(accumulator, chunk), t0 + EPILOGUE_COLUMNS * chunk, rows, odd)
-                    self._release(acc_pipeline, acc_state)
+                    c_stage = self._whole_tile(acc_pipeline, acc_state, accumulator, has_rows, chunks, t0, rows, box_rows,
+                                               odd, box, c_stage, t == end - 1)
             else:
-                if has_rows:
-                    for chunk in range(chunks):
-                        self._store_rows(self._columns(accumulator, chunk), t0 + EPILOGUE_COLUMNS * chunk, rows, odd)
-                self._release(acc_pipeline, acc_state)
+                c_stage = self._whole_tile(acc_pipeline, acc_state, accumulator, has_rows, chunks, t0, rows, box_rows, odd,
+                                           box, c_stage, t == end - 1)
             acc_state.advance()
+        return box.pipeline if cutlass.const_expr(self.c_staging) else None
+
+    @cute.jit
+    def _whole_tile(self, acc_pipeline, acc_state, accumulator, has_rows, chunks, t0, rows, box_rows, odd, box, c_stage,
+                    is_last):
+        """A whole tile's C (_store_tile): through the staging box with epilogue="tma", and with
+        "tma_last" if it is the worker's last tile (`is_last`), directly otherwise."""
+        if cutlass.const_expr(self.tma_last):
+            if is_last:
+                c_stage = self._store_tile(acc_pipeline, acc_state, accumulator, has_rows, chunks, t0, box_rows, odd, box,
+                                           c_stage, True)
+            else:
+                self._store_tile(acc_pipeline, acc_state, accumulator, has_rows, chunks, t0, rows, odd, box, c_stage, False)
+        else:
+            c_stage = self._store_tile(acc_pipeline, acc_state, accumulator, has_rows, chunks, t0, rows, odd, box, c_stage,
+                                       self.tma_epilogue)
+        return c_stage
+
+    @cute.jit
+    def _store_tile(self, acc_pipeline, acc_state, accumulator, has_rows, chunks, t0, rows, odd, box, c_stage,
+                    via_box: cutlass.Constexpr):
+        """A whole tile (or all of its K): per 32 tokens, its columns from TMEM to C, then release the
+        accumulator; through the staging box (`via_box`), every TMEM load first, then the release,
+        then the TMA stores. Returns the warp's next C staging stage."""
+        if has_rows:
+            if cutlass.const_expr(via_box):
+                # Every chunk's TMEM load, one wait, the release, then the stores.
+                issue_load, bits = box.issue_load, box.bits  # plain functions: the DSL takes a method call's receiver for written state
+                stage = accumulator[1]
+                for chunk in cutlass.range_constexpr(box.chunks):
+                    if chunk < chunks:
+                        issue_load(stage, chunk, chunk)
+                cute.arch.fence_view_async_tmem_load()  # tcgen05.wait::ld
+                self._release(acc_pipeline, acc_state)
+                for chunk in cutlass.range_constexpr(box.chunks):
+                    if chunk < chunks:
+                        c_stage = self._store_box(box, bits(chunk), rows[0], (rows[1], t0 // EPILOGUE_COLUMNS + chunk), c_stage)
+            else:
+                for chunk in range(chunks):
+                    self._store_rows(self._columns(accumulator, chunk), t0 + EPILOGUE_COLUMNS * chunk, rows, odd)
+                self._release(acc_pipeline, acc_state)
+        else:
+            self._release(acc_pipeline, acc_state)
+        return c_stage
 
     def _columns(self, accumulator, chunk):
-        """The accumulator's 32 fp32 columns 32 * chunk .. of this lane's weight row; accumulator =
-        (this lane's TMEM address of the stage, the stage, the "atoms" epilogue's load or None)."""
+        """The accumulator's 32 fp32 columns 32 * chunk .. of this lane's weight row (epilogue="tma":
+        this thread's 32 values of those columns, in the TMEM-load atom's layout); accumulator = (this
+        lane's TMEM address of the stage, the stage, the "atoms"/"tma" epilogue's load or None; the
+        "tma_last" epilogue's tiles other than the last load as "ptx")."""
         address, stage, load_columns = accumulator
-        if cutlass.const_expr(self.config.epilogue == "ptx"):
+        if cutlass.const_expr(self.config.epilogue in ("ptx", "tma_last")):
             return _tmem_load_32_columns(address + EPILOGUE_COLUMNS * chunk)
         return load_columns(stage, chunk)
+
+    @cute.jit
+    def _store_chunk(self, values, first_row, rows, odd, box, c_stage):
+        """32 token rows (first_row ..) of C from `values` (as _columns gives them): _store_rows, or
+        with epilogue="tma" _store_box, rows = (group, the warp's box row). Returns the warp's next
+        C staging stage."""
+        if cutlass.const_expr(self.tma_epilogue):
+            g, box_row = rows
+            c_stage = self._store_box(box, values, g, (box_row, first_row // EPILOGUE_COLUMNS), c_stage)
+        else:
+            self._store_rows([values[i] for i in range(EPILOGUE_COLUMNS)], first_row, rows, odd)
+        return c_stage
 
     @cute.jit
     def _release(self, acc_pipeline, acc_state):
@@ -1971,20 +2187,27 @@ class Sm100GroupedGemm:
             acc_pipeline.consumer_release(acc_state)
 
     @cute.jit
-    def _cut_part(self, acc_pipeline, acc_state, accumulator, args, tiles, t, chunks, rows, odd, warp_idx, lane, cta_in_worker):
+    def _cut_part(self, acc_pipeline, acc_state, accumulator, args, tiles, t, chunks, rows, odd, warp_idx, lane, cta_in_worker,
+                  box, c_stage):
         """One part of a cut tile (jobs="stream"; record t). The tile's sum is, per value, always
         (((-0.0 + partial 1) + partial 2) + ...) + partial 0 (-0.0 adds exactly, signed zeros too): the
         same bits whichever part finishes last. Part 0, the schedule's last part of the tile in time,
         first peeks at the count: if every other part has counted in, it adds their partials to its
         own accumulator and stores C, writing nothing. Otherwise the part stores its partial in its
-        slot, releases the accumulator and counts in; the part that counts in last adds the slots."""
+        slot, releases the accumulator and counts in; the part that counts in last adds the slots.
+        A slot holds each thread's values in the order _columns gives them, so with epilogue="tma"
+        the sums are in the TMEM-load atom's layout and go to C through _store_box. Returns the
+        warp's next C staging stage (epilogue="tma")."""
         parts, part, first_slot = tiles[t, 9], tiles[t, 10], tiles[t, 11]
         t0 = tiles[t, 2]
         counter = args.partial_counts + (
             cutlass.Int64(first_slot * self.cta_group + cta_in_worker) * len(EPILOGUE_WARPS) + warp_idx
         ) * 4
         slots = (args, first_slot, warp_idx, lane, cta_in_worker)
-        total = cute.make_rmem_tensor(cute.make_layout(EPILOGUE_COLUMNS), ACC_DTYPE)
+        if cutlass.const_expr(self.tma_epilogue):
+            total = cute.make_rmem_tensor(box.fragment, ACC_DTYPE)  # the TMEM-load fragment's shape
+        else:
+            total = cute.make_rmem_tensor(cute.make_layout(EPILOGUE_COLUMNS), ACC_DTYPE)
         others_in = cutlass.Boolean(False)
         if part == 0:
             others_in = peek_count(counter) == parts - 1
@@ -1994,14 +2217,14 @@ class Sm100GroupedGemm:
                 own = self._columns(accumulator, chunk)
                 for i in cutlass.range_constexpr(EPILOGUE_COLUMNS):
                     total[i] = total[i] + own[i]
-                self._store_rows([total[i] for i in range(EPILOGUE_COLUMNS)], t0 + EPILOGUE_COLUMNS * chunk, rows, odd)
+                c_stage = self._store_chunk(total, t0 + EPILOGUE_COLUMNS * chunk, rows, odd, box, c_stage)
             self._release(acc_pipeline, acc_state)
             reset_count(counter, lane)
         else:
             for chunk in range(chunks):
                 own = self._columns(accumulator, chunk)
                 for q in cutlass.range_constexpr(EPILOGUE_COLUMNS // 4):
-                    store_f32x4(self._slot(slots, part, chunk) + q * CTA_WEIGHT_ROWS * 16, own[4 * q : 4 * q + 4])
+                    store_f32x4(self._slot(slots, part, chunk) + q * CTA_WEIGHT_ROWS * 16, [own[4 * q + j] for j in range(4)])
             self._release(acc_pipeline, acc_state)
             if count_in(counter, lane) == parts - 1:
                 for chunk in range(chunks):
@@ -2009,8 +2232,40 @@ class Sm100GroupedGemm:
                     last = [load_f32x4(self._slot(slots, 0, chunk) + q * CTA_WEIGHT_ROWS * 16) for q in range(EPILOGUE_COLUMNS // 4)]
                     for i in cutlass.range_constexpr(EPILOGUE_COLUMNS):
                         total[i] = total[i] + last[i // 4][i % 4]
-                    self._store_rows([total[i] for i in range(EPILOGUE_COLUMNS)], t0 + EPILOGUE_COLUMNS * chunk, rows, odd)
+                    c_stage = self._store_chunk(total, t0 + EPILOGUE_COLUMNS * chunk, rows, odd, box, c_stage)
                 reset_count(counter, lane)
+        return c_stage
+
+    @cute.jit
+    def _store_box(self, box, values, g, box_coord, c_stage):
+        """epilogue="tma": this warp's 32 weight rows x 32 tokens of C, `values` (its share in the
+        TMEM-load atom's layout: fp32, or their b32 bits), rounded to fp16 and written with stmatrix
+        into C staging stage `c_stage`, then stored by TMA to group g's C at box `box_coord` (weight rows / 32,
+        tokens / 32), clipped at N and M. Before writing the stage, the store that last read it
+        (c_stages stores ago) must have read it (wait_group.read); between the stmatrix and the store,
+        every lane's fence.proxy.async and a warp barrier (the TMA unit reads through the async proxy).
+        Returns the next stage of the warp's ring."""
+        # fp16 of each fp32 pair, packed as the C fragment holds it (the TMEM load's layout, compact:
+        # values 2j and 2j + 1 are C word j), as NVIDIA's .load().to(fp16) rounds them
+        bits = values if cutlass.const_expr(values.element_type == cutlass.Int32) else cute.recast_tensor(values, cutlass.Int32)
+        words = box.c_words
+        for j in cutlass.range_constexpr(EPILOGUE_COLUMNS // 2):
+            words[j] = pack_f16x2_bits(bits[2 * j], bits[2 * j + 1])
+        box.pipeline.producer_acquire()  # cp.async.bulk.wait_group.read c_stages - 1
+        cute.arch.sync_warp()  # every lane's wait precedes every lane's write
+        cute.copy(box.r2s, box.r2s_registers, box.r2s_smem[(None, None, None, c_stage)])
+        cute.arch.fence_proxy(cute.arch.ProxyKind.async_shared, space=cute.arch.SharedSpace.shared_cta)
+        cute.arch.sync_warp()  # every lane's write and fence precede the store
+        destination = box.gmem[(None, box_coord[0], box_coord[1], 0)]
+        if cutlass.const_expr(self.config.descriptors == "selp"):
+            cute.copy(box.atoms[0], box.smem[(None, c_stage)], destination, tma_desc_ptr=group_tma_desc(g, box.atoms))
+        else:
+            for group in cutlass.range_constexpr(self.num_groups):
+                if g == group:
+                    cute.copy(box.atoms[group], box.smem[(None, c_stage)], destination)
+        box.pipeline.producer_commit()  # cp.async.bulk.commit_group
+        return cutlass.Int32(cutlass.select_(c_stage == self.c_stages - 1, 0, c_stage + 1))  # the ring's next stage
+
 
     @cute.jit
     def _add_partials(self, total, slots, parts, chunk):
@@ -2044,6 +2299,76 @@ class Sm100GroupedGemm:
         column_quads = chunk * (EPILOGUE_COLUMNS // 4)
         return args.workspace + (
             cutlass.Int64(cta_slot) * PARTIAL_CTA_BYTES + (column_quads * CTA_WEIGHT_ROWS + 32 * warp_idx + lane) * 16
+        )
+
+    def _c_store_partitions(self, acc_tmem_ptr, warp_idx, sC, c_store):
+        """The "tma" epilogue's partitions, as NVIDIA's epilog_tmem_copy_and_partition,
+        epilog_smem_copy_and_partition and epilog_gmem_copy_and_partition build them for an M-major
+        C (None with the other epilogues): the TMEM-load atom get_tmem_load_op picks (tcgen05.ld
+        16x256b: thread t of a warp holds rows t / 4 and t / 4 + 8 of each 16, columns 2 (t % 4) +
+        {0, 1} of each 8), the stmatrix.trans atom get_smem_store_op pairs with it, and the TMA
+        store of this warp's box (its 32 weight rows x 32 tokens; the warps' boxes are disjoint, so
+        each warp stores its own and no named barrier joins them). `load(stage, chunk)` returns
+        this thread's fp32 values of 32 token columns."""
+        if not self.c_staging:
+            return None
+        c_atoms, tma_c = c_store
+        tidx = 32 * warp_idx + cute.arch.lane_idx()
+        widest = self.config.token_variants[-1]
+        t2r_atom = sm100_utils.get_tmem_load_op(
+            (CTA_WEIGHT_ROWS, widest), self.c_layout, C_DTYPE, ACC_DTYPE, self.epi_tile, self.cta_group == 2
+        )
+        # The load moves the accumulator's bits as b32 (Int32 values, a view of TMEM as Int32): with
+        # fp32 values the DSL converts each instruction's registers right after it, i.e. reads them
+        # before tcgen05.wait::ld; as Int32 they are first read as fp32 after the wait.
+        tAcc_epi = []
+        for dtype in (ACC_DTYPE, cutlass.Int32):
+            # A fresh MMA: the MMA warp's instances carry its runtime fields (scale addresses).
+            accumulators = self._accumulators(
+                self._tiled_mma(widest, self.mma_cta_group), widest, cute.recast_ptr(acc_tmem_ptr, dtype=dtype)
+            )
+            # (EPI_M = 128, EPI_N = 32, 1, chunks, ACC_STAGE)
+            tAcc_epi.append(cute.flat_divide(accumulators[((None, None), 0, 0, None)], self.epi_tile))
+        t2r = tcgen05.make_tmem_copy(t2r_atom, tAcc_epi[0][(None, None, 0, 0, 0)])
+        t2r_b32 = tcgen05.make_tmem_copy(cute.make_copy_atom(t2r_atom.op, cutlass.Int32), tAcc_epi[1][(None, None, 0, 0, 0)])
+        t2r_thread = t2r_b32.get_slice(tidx)
+        tTR_tAcc = t2r_thread.partition_S(tAcc_epi[1])  # (T2R, T2R_M, T2R_N, 1, chunks, ACC_STAGE)
+        # (T2R, T2R_M, T2R_N): this thread's share of one (128, 32) epilogue tile, for each of the
+        # widest tile's chunks (a whole tile is loaded before its first store)
+        fragment = t2r_thread.partition_D(cute.make_identity_tensor((CTA_WEIGHT_ROWS, EPILOGUE_COLUMNS))).shape
+        tTR_rAcc = [cute.make_rmem_tensor(fragment, cutlass.Int32) for _ in range(widest // EPILOGUE_COLUMNS)]
+        r2s = cute.make_tiled_copy_D(sm100_utils.get_smem_store_op(self.c_layout, C_DTYPE, ACC_DTYPE, t2r), t2r)
+        tRS_sC = r2s.get_slice(tidx).partition_D(sC)  # (R2S, R2S_M, R2S_N, C_STAGE)
+        tTR_rC = cute.make_rmem_tensor(fragment, C_DTYPE)
+        tRS_rC = r2s.retile(tTR_rC)  # (R2S, R2S_M, R2S_N)
+        # This warp's box in every stage, and C's boxes: (C_WARP_ROWS, EPILOGUE_COLUMNS, ...)
+        sC_warp = cute.flat_divide(sC, (C_WARP_ROWS, EPILOGUE_COLUMNS))[(None, None, warp_idx, 0, None)]
+        gC = cute.flat_divide(tma_c, (C_WARP_ROWS, EPILOGUE_COLUMNS))  # (32, 32, N / 32, M / 32, L)
+        # ((ATOM_V, REST_V), C_STAGE) and ((ATOM_V, REST_V), N / 32, M / 32, L)
+        bSG_sC, bSG_gC = cpasync.tma_partition(
+            c_atoms[0], 0, cute.make_layout(1), cute.group_modes(sC_warp, 0, 2), cute.group_modes(gC, 0, 2)
+        )
+        # The warp's own bulk groups: wait_group.read before a stage is rewritten, wait_group at exit.
+        c_pipeline = pipeline.PipelineTmaStore.create(
+            num_stages=self.c_stages, producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 32)
+        )
+
+        def issue_load(stage, chunk, into: int = 0):
+            """tcgen05.ld of the chunk's columns into fragment `into` (not waited for)."""
+            cute.copy(t2r_b32, tTR_tAcc[(None, None, None, 0, chunk, stage)], tTR_rAcc[into])
+
+        def bits(into: int = 0):
+            """Fragment `into`: the accumulator's b32 values (valid after tcgen05.wait::ld)."""
+            return tTR_rAcc[into]
+
+        def load(stage, chunk):
+            issue_load(stage, chunk)
+            cute.arch.fence_view_async_tmem_load()  # tcgen05.wait::ld: the registers hold the columns
+            return cute.recast_tensor(tTR_rAcc[0], ACC_DTYPE)
+
+        return SimpleNamespace(
+            load=load, issue_load=issue_load, bits=bits, chunks=len(tTR_rAcc), fragment=fragment, r2s=r2s,
+            r2s_registers=tRS_rC, c_words=cute.recast_tensor(tTR_rC, cutlass.Int32), r2s_smem=tRS_sC, smem=bSG_sC, gmem=bSG_gC, atoms=c_atoms, pipeline=c_pipeline,
         )
 
     def _tmem_load_atoms(self, acc_tmem_ptr, warp_idx):

@@ -41,7 +41,7 @@ EDGE_SPECS = [
     "k: [512, 512, 512, 512, 512, 512, 512, 512]; g: 8; seed: 10",
 ]
 SWITCHES = ["cta_group=1", "token_variants=128", "multicast=off", "pdl=off", "l2_hints=off", "epilogue=atoms",
-            "descriptors=branch", "prefetch=off"]
+            "epilogue=tma", "epilogue=tma_last", "descriptors=branch", "prefetch=off"]
 JOB_POLICIES = ["tiles", "weight_blocks", "hybrid", "stream"]
 # Shapes that jobs=stream cuts at 3 workers (tests/test_schedule.py checks it): one tile in 3 parts; one in 3
 # parts whose pair's second CTA is past N; cut and whole tiles on one worker, 64- and 128-token variants.
@@ -77,7 +77,15 @@ def assert_all_pass(config, specs, **kwargs):
 @pytest.mark.parametrize("config, mode, seed", [pytest.param("shipped", "eager", 0, marks=pytest.mark.long),
                                                pytest.param("shipped", "adversarial", 11, marks=pytest.mark.long),
                                                pytest.param("safe", "eager", 0, marks=pytest.mark.long),
-                                               pytest.param("safe", "adversarial", 11, marks=pytest.mark.long)])
+                                               pytest.param("safe", "adversarial", 11, marks=pytest.mark.long),
+                                               # the C staging buffer and TMA stores, paired and single CTAs
+                                               pytest.param("shipped,epilogue=tma", "adversarial", 12,
+                                                            marks=pytest.mark.long),
+                                               pytest.param("shipped,epilogue=tma,cta_group=1", "adversarial", 12,
+                                                            marks=pytest.mark.long),
+                                               # a worker's last tile staged in its idle weight stages
+                                               pytest.param("shipped,epilogue=tma_last", "adversarial", 11,
+                                                            marks=pytest.mark.long)])
 def test_task_and_edge_shapes(config, mode, seed):
     assert_all_pass(config, TASK_SPECS + EDGE_SPECS, mode=mode, seed=seed)
 

@@ -251,6 +251,20 @@ def test_a_switch_turned_on_fails_on_ptx_without_it(text, problem):
     assert tool.kernel_problems(kernel_of_ptx(SAFE_GEMM_PTX), config(text)) == [problem]
 
 
+def test_the_tma_epilogue_needs_a_tma_store_and_no_inline_tmem_load():
+    assert tool.kernel_problems(kernel_of_ptx(SHIPPED_GEMM_PTX), config("shipped,epilogue=tma")) == [
+        "epilogue=tma but 1 inline-asm tcgen05.ld", "epilogue=tma but no TMA store (UTMASTG)"]
+    stored = kernel_of_ptx(SAFE_GEMM_PTX)
+    stored.counts["UTMASTG"] = 4
+    assert tool.kernel_problems(stored, config("safe,epilogue=tma")) == []
+    assert tool.kernel_problems(stored, config("safe")) == ["epilogue=atoms but 4 TMA store(s) (UTMASTG)"]
+    # tma_last: "ptx" loads for every tile but the last, TMA stores for the last
+    assert tool.kernel_problems(kernel_of_ptx(SHIPPED_GEMM_PTX), config("shipped,epilogue=tma_last")) == [
+        "epilogue=tma_last but no TMA store (UTMASTG)"]
+    assert tool.kernel_problems(stored, config("safe,epilogue=tma_last")) == [
+        "epilogue=tma_last but no inline-asm tcgen05.ld"]
+
+
 def test_prefetch_on_fails_on_ptx_without_it():
     no_prefetch = SAFE_GEMM_PTX.replace("\tprefetch.tensormap [%rd58];\n", "")
     assert tool.kernel_problems(kernel_of_ptx(no_prefetch), config("safe")) == ["prefetch=on but no prefetch.tensormap"]
@@ -308,7 +322,8 @@ def test_configurations_follow_the_submission():
 # Each switch of SM100_SHIPPED flipped alone: toward SM100_SAFE's value, and for `jobs` (the same in
 # both) each other policy.
 SINGLE_SWITCHES = ("cta_group=1", "token_variants=128", "multicast=off", "pdl=off", "l2_hints=off", "epilogue=atoms",
-                   "descriptors=branch", "prefetch=off", "jobs=hybrid", "jobs=weight_blocks")
+                   "epilogue=tma", "epilogue=tma_last", "descriptors=branch", "prefetch=off", "jobs=hybrid",
+                   "jobs=weight_blocks", "jobs=stream")
 COVERAGE = (  # (--groups, --config ...): issue 14's list
     ("1,2,3,4,5,8,16,32", ("shipped",)),
     ("2,8", ("safe",)),
@@ -318,7 +333,7 @@ QUICK_COVERAGE = (("2", ("shipped", "safe")),)  # README's test command: both en
 
 
 def test_single_switches_flip_every_field_toward_safe():
-    from submission import JOB_POLICIES, SM100_SAFE, SM100_SHIPPED, Sm100Config
+    from submission import EPILOGUE_KINDS, JOB_POLICIES, SM100_SAFE, SM100_SHIPPED, Sm100Config
 
     flipped = {}
     for text in SINGLE_SWITCHES:
@@ -330,9 +345,11 @@ def test_single_switches_flip_every_field_toward_safe():
     assert set(flipped) == {field.name for field in dataclasses.fields(Sm100Config)}
     for field, values in flipped.items():
         if getattr(SM100_SAFE, field) != getattr(SM100_SHIPPED, field):
-            # jobs is flipped to every other policy (below), SM100_SAFE's among them
-            assert values == [getattr(SM100_SAFE, field)] or field == "jobs" and getattr(SM100_SAFE, field) in values, field
+            # jobs and epilogue are flipped to every other value (below), SM100_SAFE's among them
+            assert values == [getattr(SM100_SAFE, field)] or field in ("jobs", "epilogue") and \
+                getattr(SM100_SAFE, field) in values, field
     assert set(flipped["jobs"]) == set(JOB_POLICIES) - {SM100_SHIPPED.jobs}
+    assert set(flipped["epilogue"]) == set(EPILOGUE_KINDS) - {SM100_SHIPPED.epilogue}
 
 
 def coverage_rows(stdout: str) -> list[dict]:

@@ -27,7 +27,8 @@ Each field of the configuration must show in the PTX (config_problems): cta_grou
 load (cp.async.bulk.tensor...multicast::cluster), off forbids one (a 2-CTA tcgen05.commit still
 multicasts its arrival); pdl needs griddepcontrol, off forbids it; l2_hints needs createpolicy,
 off forbids it; prefetch needs prefetch.tensormap, off forbids it; epilogue "ptx" loads TMEM by
-inline tcgen05.ld, "atoms" by none. So SM100_SAFE has no cta_group::2, no .multicast::cluster,
+inline tcgen05.ld, "atoms" and "tma" by none; "tma" stores C by TMA (UTMASTG in the SASS), "ptx"
+and "atoms" by none; "tma_last" does both (inline loads, and TMA stores for a worker's last tile). So SM100_SAFE has no cta_group::2, no .multicast::cluster,
 no griddepcontrol and no createpolicy. token_variants, descriptors and jobs have no single
 PTX mark; their compiles get every other check.
 Exit status: 0 all good, 1 a check failed, 2 bad use or cuobjdump/nvdisasm missing.
@@ -248,10 +249,17 @@ def config_problems(kernel: Kernel, config) -> list[str]:
             if counts[count]:
                 found.append(f"cta_group=1 but {counts[count]} {what}")
     if kernel.issues_mma:
-        if config.epilogue == "ptx" and not counts["inline_tmem_load"]:
-            found.append("epilogue=ptx but no inline-asm tcgen05.ld")
-        elif config.epilogue == "atoms" and counts["inline_tmem_load"]:
-            found.append(f"epilogue=atoms but {counts['inline_tmem_load']} inline-asm tcgen05.ld")
+        if config.epilogue in ("ptx", "tma_last") and not counts["inline_tmem_load"]:
+            found.append(f"epilogue={config.epilogue} but no inline-asm tcgen05.ld")
+        elif config.epilogue in ("atoms", "tma") and counts["inline_tmem_load"]:
+            found.append(f"epilogue={config.epilogue} but {counts['inline_tmem_load']} inline-asm tcgen05.ld")
+        if config.epilogue in ("tma", "tma_last") and not counts["UTMASTG"]:
+            found.append(f"epilogue={config.epilogue} but no TMA store (UTMASTG)")
+        elif config.epilogue in ("ptx", "atoms") and counts["UTMASTG"]:
+            found.append(f"epilogue={config.epilogue} but {counts['UTMASTG']} TMA store(s) (UTMASTG)")
+    if config.co_resident and kernel.registers * kernel.threads * 2 > 65536:
+        found.append(f"co_resident=on but {kernel.registers} registers x {kernel.threads} threads: two CTAs "
+                     "do not fit one SM's 64K registers")
     return found
 
 
