@@ -41,7 +41,7 @@ EDGE_SPECS = [
     "k: [512, 512, 512, 512, 512, 512, 512, 512]; g: 8; seed: 10",
 ]
 SWITCHES = ["cta_group=1", "token_variants=128", "multicast=off", "pdl=off", "l2_hints=off", "epilogue=atoms",
-            "epilogue=tma", "epilogue=tma_last", "descriptors=branch", "prefetch=off"]
+            "epilogue=tma", "epilogue=tma_last", "descriptors=branch", "prefetch=off", "co_resident=on", "l2_prefetch=on"]
 JOB_POLICIES = ["tiles", "weight_blocks", "hybrid", "stream"]
 # Shapes that jobs=stream cuts at 3 workers (tests/test_schedule.py checks it): one tile in 3 parts; one in 3
 # parts whose pair's second CTA is past N; cut and whole tiles on one worker, 64- and 128-token variants.
@@ -101,6 +101,7 @@ def test_every_job_policy(jobs):
     pytest.param("shipped,jobs=stream", "adversarial", 13, marks=pytest.mark.long),
     pytest.param("shipped,jobs=stream,cta_group=1", "adversarial", 14, marks=pytest.mark.long),
     pytest.param("shipped,jobs=stream", "timed", 0, marks=pytest.mark.long),
+    pytest.param("shipped,jobs=stream,epilogue=tma", "adversarial", 15, marks=pytest.mark.long),
 ])
 def test_stream_k_parts_sum_to_the_reference(config, mode, seed):
     """Cut tiles: each part's partial through the workspace, the last part to count in sums them, with
