@@ -1,10 +1,22 @@
 """The timed scheduler: a discrete-event clock over the functional core (gem5's *timing* mode beside the
 *atomic* eager and adversarial ones). The core still says WHAT happens; this module only decides WHEN.
 
+- **A stream of launches.** One clock runs one CUDA stream: the grids added with `Clock.add` (several
+  calls' launches, in order; a single launch is a stream of one), sharing everything physical: SMs, tensor
+  pipes, load/store units, the HBM and L2 servers, L2's contents (each call reads its own inputs: cold the
+  first time; what calls share, e.g. the plan's tables, hits). Each grid keeps its own parameters, shared
+  memory, L1 (cold at a kernel's start) and figures; per-instruction tables are per program
+  (`ProgramTables`). A launch starts `launch_gap_us` after every launch before it completed (every CTA
+  exited, every HBM request through); one with the PDL attribute (programmatic stream serialization: the
+  DSL's `use_pdl=True`) `launch_gap_pdl_us` after every CTA of the launch before it executed
+  `griddepcontrol.launch_dependents` or exited. Its clusters then wait in launch order for SMs.
+  `griddepcontrol.wait` holds a warp (before it issues: a gate) until every launch before its own has
+  completed. Each call owes its own share of the dirty L2 (`DirtyL2`, shared by the call's launches).
 - **One event queue.** Entries are (time, sequence, kind, payload): a warp ready to issue, an asynchronous
-  operation completing (async_ops.AsyncOp), or a time limit running out (a try_wait's, a parked poll's
-  next pass). The globally earliest entry always runs next. A warp runs while its local time stays at or
-  before the next entry's time (the horizon), so no warp observes barrier state from another warp's future.
+  operation completing (async_ops.AsyncOp), a time limit running out (a try_wait's, a parked poll's next
+  pass), a launch, a grid's completion. The globally earliest entry always runs next. A warp runs while its
+  local time stays at or before the next entry's time (the horizon; a launch its own trigger causes lowers
+  it), so no warp observes barrier state from another warp's future.
 - **Issue costs** are per instruction index, looked up once per kernel from the machine description
   (`instruction_costs`): a warp's time advances by its instruction's class cost; handlers compute no
   latency.
@@ -14,7 +26,10 @@
   `mbarrier.try_wait` suspends the warp as the hardware does, until the phase completes or the ISA's time
   limit (`try_wait_limit`) passes. `nanosleep.u32 t` advances the warp's time by t ns (the ISA allows [0,
   2t]). A poll at a fixed point (machine.PollWait) goes on at once, under a time limit of zero: when only
-  such time limits are left and nothing changes, the run is a hang.
+  such time limits are left and nothing changes, the run is a hang. Gates hold a warp before an
+  instruction the functional core would run at once: `griddepcontrol.wait` (above) and `tcgen05.alloc`,
+  which blocks while the CTAs on its SM (and, `cta_group::2`, on its peer's) hold too many of the 512
+  tensor-memory columns, until a dealloc or an exit frees them (PTX ISA 9.7.16.7.1).
 - **Atomics and strong loads.** `atom` issues as a global load and its result is ready at the L2 latency
   (it is performed at L2), `red` as a global store; their bytes stay in L2 (no HBM traffic). A strong load
   (`.relaxed`, `.acquire`, `.volatile`) bypasses L1 (L1_BYPASS) and reads L2.
@@ -25,21 +40,27 @@
   register file; 1 on the B200, whose tcgen05 accumulates in tensor memory).
 - **Asynchronous units.** TMA loads: latency (a miss's grows with HBM's load: `loaded_latency`), then bytes
   over bandwidth: a miss through one HBM server shared by the whole chip and then, as a hit, through the L2
-  server (L2's ports to the SMs); a hit (a box read since the call began by any SM, while it stays within the
-  L2 capacity) through the L2 server only; a box still on its way from HBM is a hit that waits for it. A miss
-  also writes back its dirty victims through HBM: the L2 flush before the timed calls left L2 dirty
-  (`DirtyL2`). TMA stores and `st.global` bytes go through the same HBM server; the grid ends when they have
-  drained. The tensor pipe is one in-order queue per issuing SM (a `cta_group::2` pair's even SM): an MMA
-  starts when issued and the pipe is free, occupies it for its initiation interval and completes a latency
-  after its start (per N and cta_group); `tcgen05.cp` likewise, for the shared-memory bytes it reads; a commit
-  arrives `commit_latency` after everything issued before it has completed.
-- **Placement.** Clusters go to SMs as a launch places them: CTAs per SM from shared memory and threads, a
-  cluster on consecutive SMs (a pair on a TPC), dispatched `cta_dispatch_us` apart; a cluster that does not
-  fit waits for its SMs to free.
+  server (L2's ports to the SMs); a hit (a box any SM read or prefetched before, while it stays within the
+  L2 capacity; boxes are matched on the global bytes they read, tma.box_key) through the L2 server only; a
+  box still on its way from HBM is a hit that waits for it. `cp.async.bulk.prefetch{.tensor}` brings a box
+  into L2 as a miss would, with nothing through L2's ports to an SM. A miss also writes back its dirty
+  victims through HBM: the L2 flush before the timed calls left L2 dirty (`DirtyL2`). TMA stores and
+  `st.global` bytes go through the same HBM server; a grid completes when they have drained. The tensor
+  pipe is one in-order queue per issuing SM (a `cta_group::2` pair's even SM): an MMA starts when issued and
+  the pipe is free, occupies it for its initiation interval and completes a latency after its start (per N
+  and cta_group); `tcgen05.cp` likewise, for the shared-memory bytes it reads; a commit arrives
+  `commit_latency` after everything issued before it has completed.
+- **Placement.** A cluster goes to an aligned group of consecutive SMs (a pair on a TPC) each of which can
+  take a CTA (an empty SM always can; another only with the shared memory (the driver's 1 KiB reserve
+  included), threads and registers left), the least loaded such group first (fewest resident CTAs, lowest
+  SM first), so that a second CTA lands on an SM only once every SM holds one. CTAs of one launch are
+  dispatched `cta_dispatch_us` apart; a cluster that fits nowhere waits (and those behind it) for CTAs
+  to exit.
 
-`Clock.run()` returns the kernel's span in microseconds (first CTA start to the last CTA's exit with its
-stores drained) and the figures `board_us` needs: see DESIGN.md, "Timed mode", for what one simulated
-figure means.
+`Clock.figures(grid)` gives a launch's span in microseconds (first CTA start to the last CTA's exit with its
+stores drained), the figures `board_us` needs, and where it lies in the stream; `Clock.stream_figures()`
+each call's completion and the steady-state time per call. See DESIGN.md, "Timed mode", for what one
+simulated figure means.
 """
 
 from __future__ import annotations
@@ -425,6 +446,7 @@ class Clock:
         self.queue: list = []
         self.sequence = 0
         self.current = None  # the warp issuing now
+        self.horizon = float("inf")  # the issuing warp stops before issuing past this time (the next entry's)
         self.event_time = 0.0  # the time of the event being delivered
         self.waiters: dict = {}  # id(key) -> {warp: None}, the warps parked on key (an ordered set)
         self.blocked: set = set()
@@ -482,6 +504,10 @@ class Clock:
     def _push(self, time: float, kind: int, payload, ticket: int = 0) -> None:
         self.sequence += 1
         heapq.heappush(self.queue, (time, self.sequence, kind, payload, ticket))
+        if kind == LAUNCH and time < self.horizon:
+            # a launch the running warp caused (its trigger): the warp stops there, so that the launch takes
+            # SMs as they are then, not after CTAs that exit later
+            self.horizon = time
 
     def _ready(self, warp, time: float) -> None:
         warp.clock_ticket += 1
@@ -655,10 +681,10 @@ class Clock:
             self.timeline.wait(warp, warp.time, max(warp.time, time), warp.wait)
         warp.wait = None
         warp.time = max(warp.time, time)
-        horizon = self.queue[0][0] if self.queue else float("inf")
+        self.horizon = self.queue[0][0] if self.queue else float("inf")
         self.current = warp
         start = warp.time
-        count = warp.run(UNBOUNDED, clock=self, horizon=horizon)
+        count = warp.run(UNBOUNDED, clock=self)
         self.current = None
         if recorded:
             self.timeline.issue(warp, start, warp.time)
@@ -1002,19 +1028,26 @@ class Clock:
 
     def stream_figures(self) -> dict:
         """The stream as a whole: when each call completed (its last launch's completion: every CTA exited
-        and its memory operations through), the gaps between consecutive calls' completions, and their mean
-        (`stream_us`: the steady-state time per call; None for a stream of one call)."""
+        and its memory operations through), the gaps between consecutive calls' completions, and the
+        steady-state time per call, `stream_us`: the mean of the last even number of gaps after the first
+        (`steady_gaps`; where none is, every gap; None for a stream of one call). The first gap is a
+        transient: the first call starts cold, with no call before it to overlap its start-up, and its cold
+        first loads give it a tail under which the second call hides all of its own start-up. The calls after
+        it may alternate (a call whose CTAs end together lets the next one hide nothing of its start-up; that
+        one's spread ends let the one after it hide more): an even count of gaps takes whole periods."""
         m = self.machine
         ends: dict = {}
         for state in self.states:
             ends[state.call] = max(ends.get(state.call, 0.0), state.completed)
         done = [m.us(ends[c]) for c in sorted(ends)]
         gaps = [b - a for a, b in zip(done, done[1:])]
+        steady = gaps[1:][len(gaps[1:]) % 2:] or gaps
         return {
             "calls": len(done),
             "call_end_us": done,
             "call_gaps_us": gaps,
-            "stream_us": (done[-1] - done[0]) / (len(done) - 1) if len(done) > 1 else None,
+            "steady_gaps": len(steady),
+            "stream_us": sum(steady) / len(steady) if steady else None,
         }
 
 

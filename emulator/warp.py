@@ -292,11 +292,11 @@ class Warp:
     def where(self, index: int | None = None) -> str:
         return f"{self.program.where(self.last_index if index is None else index)}; {self.label} ({self.role})"
 
-    def run(self, budget: int, clock=None, horizon: float = 0.0) -> int:
+    def run(self, budget: int, clock=None) -> int:
         """Execute up to `budget` instructions; stop early when blocked or done. Returns the count.
         Timed mode (`clock`, clock.py): each instruction issues at `self.time`, once the registers it reads
         are ready; the time then advances by the instruction's issue cost and its results are ready a
-        latency after issue. The warp stops before issuing past `horizon` (the next event anywhere), and
+        latency after issue. The warp stops before issuing past `clock.horizon` (the next event anywhere), and
         before an instruction the clock holds it at (a gate: griddepcontrol.wait on a grid still running,
         tcgen05.alloc on an SM whose tensor memory another CTA holds), which it issues once woken."""
         program = self.program
@@ -313,7 +313,7 @@ class Warp:
             ready = self.ready
         count = 0
         while count < budget:
-            if clock is not None and self.time > horizon:
+            if clock is not None and self.time > clock.horizon:
                 return count
             if self.lane_pc is None:
                 pc = self.pc
@@ -329,7 +329,7 @@ class Warp:
                         self.time = ready[r]
                 if lsu[pc] is not None:  # a global load or store waits for the SM's load/store unit
                     self.time = clock.lsu_start(self)
-                if self.time > horizon:
+                if self.time > clock.horizon:
                     return count
             if pc >= len(steps):
                 raise EmulatorError("control", "execution ran past the end of the kernel", self.where())
