@@ -463,6 +463,7 @@ class Clock:
         self.residents: list = [[] for _ in range(sms)]  # the CTAs on each SM
         self.sm_keys = [object() for _ in range(sms)]  # what a tensor-memory allocation waiting on an SM waits on
         self.waiting: deque = deque()  # (GridState, cluster) launched, not yet on SMs, in launch order
+        self.dispatch_free = 0.0  # when the GPU's CTA dispatcher takes the next cluster
         self.sm_of: dict = {}  # cta -> SM index
         self.cta_start: dict = {}
         self.cta_end: dict = {}
@@ -548,8 +549,8 @@ class Clock:
         return None if best is None else best[1]
 
     def _dispatch(self, time: float) -> None:
-        """Clusters onto SMs in launch order, dispatched `cta_dispatch_us` apart (per launch); a cluster that
-        fits nowhere waits (and the ones behind it) for CTAs to exit."""
+        """Clusters onto SMs in launch order, one CTA per `cta_dispatch_us` GPU-wide (a cluster's CTAs start
+        together); a cluster that fits nowhere waits (and the ones behind it) for CTAs to exit."""
         m = self.machine
         while self.waiting:
             state, cluster = self.waiting[0]
@@ -557,7 +558,9 @@ class Clock:
             if base is None:
                 return
             self.waiting.popleft()
-            start = time + m.cycles(m.cta_dispatch_us) * state.dispatched
+            # one CTA dispatcher for the GPU: `cta_dispatch_us` per CTA, from when it is free
+            start = max(time, self.dispatch_free)
+            self.dispatch_free = start + m.cycles(m.cta_dispatch_us) * len(cluster.ctas)
             needs = state.needs
             for i, cta in enumerate(cluster.ctas):
                 sm = base + i
