@@ -18,8 +18,9 @@ of the GPU): the verdict line adds `simulated X.XX us`, one call's board time (D
 `--calls N` (nvidia, flashinfer, submission; default 1) runs N consecutive calls on N inputs (submission:
 the board's, seed + 42, + 84, ...) as one CUDA stream in one clock, consecutive calls overlapping as CUDA
 lets them (PDL), every call's output checked: `simulated` is then the steady-state time per call (the mean
-of the last two gaps between calls' completions) and the single-call formula's figure follows it, and the
-`timing:` line adds each call's completion, the gaps and `stream_us`;
+of the last even number of gaps between calls' completions after the first: with 4 calls, the last two) and
+the single-call formula's figure follows it, and the `timing:` line adds each call's completion, the gaps
+and `stream_us`;
 `--timeline FILE.png` also draws the first two CTAs' warps over time and prints every worker's phases
 (start-up, first load, mainloop, tail); `--timing-only` skips TMA data and MMA
 arithmetic (the same times; outputs neither computed nor checked: verdict TIMED). `benchmarks` runs task.yml's four
