@@ -12,6 +12,12 @@ as global memory.
     emu.register(a, b, c, ...)                          # CPU tensors the kernel may touch
     stats = emu.call(compiled, *args)                   # compiled(*args), then run its launches
 
+    # timed: N calls as one CUDA stream in one clock (consecutive calls overlap as CUDA lets them)
+    calls = []
+    for args in inputs:
+        compiled(*args); calls.append(emu.take(compiled))
+    stream = emu.run_stream(calls)                      # stream.timing["stream_us"]: time per call
+
 The parts, laid out like the machine (STYLE.md section 4):
 
 | module | what it models |
@@ -40,7 +46,7 @@ from __future__ import annotations
 
 from .errors import EmulatorError, HangError, UnimplementedInstruction  # noqa: F401
 from .happens_before import RaceError  # noqa: F401
-from .launch import DEFAULT_STEP_BUDGET, RunStats, execute, filter_ptx
+from .launch import DEFAULT_STEP_BUDGET, RunStats, StreamLaunch, StreamStats, execute, execute_stream, filter_ptx
 from .memory import GlobalMemory
 
 
@@ -82,23 +88,36 @@ class Emulator:
                 self._registered.add(start)
                 self.memory.register(start, nbytes, name or f"tensor {tuple(getattr(t, 'shape', ()))}")
 
-    def run_pending(self, compiled) -> list:
-        """Execute every launch recorded since the last call; their PTX is `compiled`'s."""
+    def take(self, compiled) -> list:
+        """The launches recorded since the last take (or run), each with its kernel's PTX (from `compiled`,
+        through `ptx_filter`): one call's, to run later (`run_stream`). The stub driver's allocations are
+        registered as global memory."""
         from . import driver
 
         for address, size in driver.allocations():
             if address not in self._registered:
                 self._registered.add(address)
                 self.memory.register(address, size, "driver allocation")
-        stats = []
-        for launch in driver.take_launches():
-            ptx = filter_ptx(driver.kernel_ptx(compiled, launch.kernel_name), self.ptx_filter)
-            stats.append(execute(launch, ptx, self.memory, mode=self.mode, seed=self.seed,
-                                 step_budget=self.step_budget, barrier_names=self.barrier_names,
-                                 warp_roles=self.warp_roles, races=self.races, machine=self.machine,
-                                 timeline=self.timeline, timing_only=self.timing_only,
-                                 calls_per_flush=self.calls_per_flush))
-        return stats
+        return [(launch, filter_ptx(driver.kernel_ptx(compiled, launch.kernel_name), self.ptx_filter))
+                for launch in driver.take_launches()]
+
+    def _options(self) -> dict:
+        return dict(mode=self.mode, seed=self.seed, step_budget=self.step_budget, barrier_names=self.barrier_names,
+                    warp_roles=self.warp_roles, races=self.races, machine=self.machine, timeline=self.timeline,
+                    timing_only=self.timing_only, calls_per_flush=self.calls_per_flush)
+
+    def run_pending(self, compiled) -> list:
+        """Execute every launch recorded since the last call, each on its own (timed: each its own clock,
+        timed as one call by the single-call formula); their PTX is `compiled`'s."""
+        return [execute(launch, ptx, self.memory, **self._options()) for launch, ptx in self.take(compiled)]
+
+    def run_stream(self, calls: list) -> StreamStats:
+        """Execute several calls' launches (`calls`: one list of (launch, PTX) per call, from `take`) as one
+        CUDA stream, in order (launch.execute_stream): timed, in one clock, consecutive launches overlapping as
+        CUDA lets them (PDL); `StreamStats.timing` has each call's completion and the steady-state time per
+        call, `stream_us`."""
+        items = [StreamLaunch(launch, ptx, call) for call, launches in enumerate(calls) for launch, ptx in launches]
+        return execute_stream(items, self.memory, **self._options())
 
     def call(self, compiled, *args) -> list:
         """`compiled(*args)` through the stub driver, then run the launches it made."""
@@ -119,3 +138,24 @@ def combine(stats: list) -> RunStats:
                                                                                   [s.timing["kernel_us"]])])
     return RunStats(sum(s.instructions for s in stats), sum(s.seconds for s in stats),
                     sum(s.ctas for s in stats), sum(s.warps for s in stats), timing)
+
+
+def summarize(stream: StreamStats) -> RunStats:
+    """One RunStats for a stream of calls: the counts of every launch; timed, the stream's figures
+    (Clock.stream_figures) over the first call's (combine), with `board_us` the stream's time per call
+    (`stream_us`; for a stream of one call, the single-call formula's) and `formula_us` the single-call formula
+    applied to the first call: the single-call figure where a call is one launch (nothing before the first
+    call, and the calls after it touch neither its SMs nor HBM before it ends unless they prefetch); None
+    where a call has several launches (the Hopper path's GEMM starts under its own pre-pass in a stream:
+    `--calls 1` gives that figure)."""
+    calls = sorted(set(stream.calls))
+    first = combine(stream.call_stats(calls[0]))
+    timing = None
+    if stream.timing is not None and first.timing is not None:
+        one_launch = all(len(stream.call_stats(c)) == 1 for c in calls)
+        formula = first.timing["board_us"] if one_launch else None
+        timing = dict(first.timing, **stream.timing, formula_us=formula)
+        timing["board_us"] = stream.timing["stream_us"] if len(calls) > 1 else first.timing["board_us"]
+    launches = stream.launches
+    return RunStats(sum(s.instructions for s in launches), sum(s.seconds for s in launches),
+                    sum(s.ctas for s in launches), sum(s.warps for s in launches), timing)

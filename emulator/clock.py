@@ -1,10 +1,22 @@
 """The timed scheduler: a discrete-event clock over the functional core (gem5's *timing* mode beside the
 *atomic* eager and adversarial ones). The core still says WHAT happens; this module only decides WHEN.
 
+- **A stream of launches.** One clock runs one CUDA stream: the grids added with `Clock.add` (several
+  calls' launches, in order; a single launch is a stream of one), sharing everything physical: SMs, tensor
+  pipes, load/store units, the HBM and L2 servers, L2's contents (each call reads its own inputs: cold the
+  first time; what calls share, e.g. the plan's tables, hits). Each grid keeps its own parameters, shared
+  memory, L1 (cold at a kernel's start) and figures; per-instruction tables are per program
+  (`ProgramTables`). A launch starts `launch_gap_us` after every launch before it completed (every CTA
+  exited, every HBM request through); one with the PDL attribute (programmatic stream serialization: the
+  DSL's `use_pdl=True`) `launch_gap_pdl_us` after every CTA of the launch before it executed
+  `griddepcontrol.launch_dependents` or exited. Its clusters then wait in launch order for SMs.
+  `griddepcontrol.wait` holds a warp (before it issues: a gate) until every launch before its own has
+  completed. Each call owes its own share of the dirty L2 (`DirtyL2`, shared by the call's launches).
 - **One event queue.** Entries are (time, sequence, kind, payload): a warp ready to issue, an asynchronous
-  operation completing (async_ops.AsyncOp), or a time limit running out (a try_wait's, a parked poll's
-  next pass). The globally earliest entry always runs next. A warp runs while its local time stays at or
-  before the next entry's time (the horizon), so no warp observes barrier state from another warp's future.
+  operation completing (async_ops.AsyncOp), a time limit running out (a try_wait's, a parked poll's next
+  pass), a launch, a grid's completion. The globally earliest entry always runs next. A warp runs while its
+  local time stays at or before the next entry's time (the horizon; a launch its own trigger causes lowers
+  it), so no warp observes barrier state from another warp's future.
 - **Issue costs** are per instruction index, looked up once per kernel from the machine description
   (`instruction_costs`): a warp's time advances by its instruction's class cost; handlers compute no
   latency.
@@ -14,7 +26,10 @@
   `mbarrier.try_wait` suspends the warp as the hardware does, until the phase completes or the ISA's time
   limit (`try_wait_limit`) passes. `nanosleep.u32 t` advances the warp's time by t ns (the ISA allows [0,
   2t]). A poll at a fixed point (machine.PollWait) goes on at once, under a time limit of zero: when only
-  such time limits are left and nothing changes, the run is a hang.
+  such time limits are left and nothing changes, the run is a hang. Gates hold a warp before an
+  instruction the functional core would run at once: `griddepcontrol.wait` (above) and `tcgen05.alloc`,
+  which blocks while the CTAs on its SM (and, `cta_group::2`, on its peer's) hold too many of the 512
+  tensor-memory columns, until a dealloc or an exit frees them (PTX ISA 9.7.16.7.1).
 - **Atomics and strong loads.** `atom` issues as a global load and its result is ready at the L2 latency
   (it is performed at L2), `red` as a global store; their bytes stay in L2 (no HBM traffic). A strong load
   (`.relaxed`, `.acquire`, `.volatile`) bypasses L1 (L1_BYPASS) and reads L2.
@@ -25,21 +40,27 @@
   register file; 1 on the B200, whose tcgen05 accumulates in tensor memory).
 - **Asynchronous units.** TMA loads: latency (a miss's grows with HBM's load: `loaded_latency`), then bytes
   over bandwidth: a miss through one HBM server shared by the whole chip and then, as a hit, through the L2
-  server (L2's ports to the SMs); a hit (a box read since the call began by any SM, while it stays within the
-  L2 capacity) through the L2 server only; a box still on its way from HBM is a hit that waits for it. A miss
-  also writes back its dirty victims through HBM: the L2 flush before the timed calls left L2 dirty
-  (`DirtyL2`). TMA stores and `st.global` bytes go through the same HBM server; the grid ends when they have
-  drained. The tensor pipe is one in-order queue per issuing SM (a `cta_group::2` pair's even SM): an MMA
-  starts when issued and the pipe is free, occupies it for its initiation interval and completes a latency
-  after its start (per N and cta_group); `tcgen05.cp` likewise, for the shared-memory bytes it reads; a commit
-  arrives `commit_latency` after everything issued before it has completed.
-- **Placement.** Clusters go to SMs as a launch places them: CTAs per SM from shared memory and threads, a
-  cluster on consecutive SMs (a pair on a TPC), dispatched `cta_dispatch_us` apart; a cluster that does not
-  fit waits for its SMs to free.
+  server (L2's ports to the SMs); a hit (a box any SM read or prefetched before, while it stays within the
+  L2 capacity; boxes are matched on the global bytes they read, tma.box_key) through the L2 server only; a
+  box still on its way from HBM is a hit that waits for it. `cp.async.bulk.prefetch{.tensor}` brings a box
+  into L2 as a miss would, with nothing through L2's ports to an SM. A miss also writes back its dirty
+  victims through HBM: the L2 flush before the timed calls left L2 dirty (`DirtyL2`). TMA stores and
+  `st.global` bytes go through the same HBM server; a grid completes when they have drained. The tensor
+  pipe is one in-order queue per issuing SM (a `cta_group::2` pair's even SM): an MMA starts when issued and
+  the pipe is free, occupies it for its initiation interval and completes a latency after its start (per N
+  and cta_group); `tcgen05.cp` likewise, for the shared-memory bytes it reads; a commit arrives
+  `commit_latency` after everything issued before it has completed.
+- **Placement.** A cluster goes to an aligned group of consecutive SMs (a pair on a TPC) each of which can
+  take a CTA (an empty SM always can; another only with the shared memory (the driver's 1 KiB reserve
+  included), threads and registers left), the least loaded such group first (fewest resident CTAs, lowest
+  SM first), so that a second CTA lands on an SM only once every SM holds one. CTAs of one launch are
+  dispatched `cta_dispatch_us` apart; a cluster that fits nowhere waits (and those behind it) for CTAs
+  to exit.
 
-`Clock.run()` returns the kernel's span in microseconds (first CTA start to the last CTA's exit with its
-stores drained) and the figures `board_us` needs: see DESIGN.md, "Timed mode", for what one simulated
-figure means.
+`Clock.figures(grid)` gives a launch's span in microseconds (first CTA start to the last CTA's exit with its
+stores drained), the figures `board_us` needs, and where it lies in the stream; `Clock.stream_figures()`
+each call's completion and the steady-state time per call. See DESIGN.md, "Timed mode", for what one
+simulated figure means.
 """
 
 from __future__ import annotations
@@ -50,10 +71,11 @@ from collections import OrderedDict, deque
 import numpy as np
 
 from .errors import EmulatorError, HangError
-from .machine import PollWait
+from .machine import PollWait, Wait
 from .ptx import _registers
+from .tcgen05 import COLUMNS as TMEM_COLUMNS
 
-RUN, EVENT, TIMEOUT = 0, 1, 2
+RUN, EVENT, TIMEOUT, LAUNCH, COMPLETE = 0, 1, 2, 3, 4
 UNBOUNDED = 1 << 62
 
 
@@ -290,6 +312,113 @@ class TensorPipe:
         self.done = 0.0
         self.busy = 0.0
 
+# --------------------------------------------------------------------------------------------------
+# per program and per grid
+# --------------------------------------------------------------------------------------------------
+
+
+class ProgramTables:
+    """What the clock looks up per instruction index of one program: issue cost, result latency, the
+    registers it waits on and writes, its L1 and load/store-unit address readers, the bytes a global store
+    writes, and the hooks run at issue (`issue_hooks`) and before it (`gates`: a gate returns a Wait that
+    holds the warp before the instruction, which then issues when the wait is over). Built once per program
+    and machine: the calls of a stream that run one kernel share them."""
+
+    def __init__(self, program, clock):
+        machine = clock.machine
+        instructions = program.kernel.instructions
+        self.costs = instruction_costs(program, machine)
+        self.latencies = result_latencies(program, machine)
+        effects = [register_effects(i, program.register_index) for i in instructions]
+        # a register being written is waited for too (write after write: the hardware's scoreboard)
+        self.waits_on = [tuple(sorted(set(r) | set(w))) for r, w in effects]
+        self.writes = [w for _, w in effects]
+        self.l1_addresses = [l1_address_reader(i, program) for i in instructions]
+        self.lsu_addresses = [lsu_address_reader(i, program) for i in instructions]
+        # ALU instructions issued while the SM's tensor pipe executes cost `alu_cost_factor_tensor_busy` times
+        # their cost (Hopper's wgmma reads and writes its accumulator in the register file)
+        factor = float(machine.alu_cost_factor_tensor_busy)
+        self.busy_costs = [c * factor if cost_class(i) == "cost_alu" else c for c, i in zip(self.costs, instructions)]
+        self.store_bytes = [global_store_bytes(i) for i in instructions]
+        self.issue_hooks = [clock._issue_hook(i, program) for i in instructions]
+        self.gates = [clock._gate(i, program) for i in instructions]
+
+
+class CtaNeeds:
+    """What one CTA of a grid takes from its SM while resident: shared memory (dynamic, static and the 1 KiB
+    the driver reserves per CTA), threads, registers (the cubin's per-thread count, allocated per warp)."""
+
+    def __init__(self, grid, reserved_shared: int = 1024):
+        self.shared = grid.config.shared_bytes + sum(v.size for v in grid.kernel.shared) + reserved_shared
+        self.threads = grid.ctas[0].threads
+        self.registers = int(getattr(grid, "registers_per_cta", None) or 0)
+
+
+class GridState:
+    """One launch of the stream, as the clock keeps it: its grid, its place in the stream (`index`, `call`),
+    whether it was launched with programmatic stream serialization (`pdl`), its tables, and what happened to
+    it (launch, dispatch, each CTA's trigger (`griddepcontrol.launch_dependents`) and exit, completion)."""
+
+    def __init__(self, clock, grid, warps, index: int, call: int, pdl: bool, tables: ProgramTables, dirty):
+        self.grid = grid
+        self.warps = warps
+        self.index = index
+        self.call = call
+        self.pdl = pdl
+        self.tables = tables
+        self.dirty = dirty  # DirtyL2: the write-backs this call owes (shared by the launches of one call)
+        self.needs = CtaNeeds(grid)
+        self.l1: dict = {}  # SM -> L1 (lines of global loads that allocate in L1; a kernel starts with L1 cold)
+        self.scheduled = False  # its launch is in the queue
+        self.launched = None  # when its CTAs began to dispatch
+        self.dispatched = 0
+        self.released: set = set()  # CTAs that triggered the dependent launch or exited
+        self.exited = 0
+        self.completed = None  # when every CTA had exited and its memory operations were performed
+        self.hbm_done = 0.0  # when the last HBM request of this grid is through
+        self.hbm_read = self.hbm_written = self.prefetched = 0
+        self.l2_hits = self.l2_misses = 0
+        self.pipe_busy: dict = {}  # SM -> cycles its tensor pipe spent on this grid's operations
+        self.first_pdl_wait: dict = {}  # cta -> time its first griddepcontrol.wait issued
+
+    def describe(self) -> str:
+        return f"launch {self.index} (call {self.call}) of the stream"
+
+
+class GridDependencyWait(Wait):
+    """`griddepcontrol.wait` (PTX ISA 9.7.13.x griddepcontrol): the warp waits until every prerequisite grid
+    (the launches before its own in the stream) has completed and its memory operations are visible."""
+
+    def __init__(self, pending: list, state):
+        self.keys = pending
+        self.state = state
+
+    def ready(self) -> bool:
+        return all(s.completed is not None for s in self.keys)
+
+    def describe(self) -> str:
+        waiting = ", ".join(s.describe() for s in self.keys if s.completed is None)
+        return f"griddepcontrol.wait: {waiting} not complete"
+
+
+class TensorMemoryWait(Wait):
+    """`tcgen05.alloc` (PTX ISA 9.7.16.7.1) "blocks if the requested amount of Tensor Memory is not available
+    and unblocks as soon as the requested amount of Tensor Memory becomes available": another CTA on the same
+    SM (or, with cta_group::2, on the peer's) holds the columns."""
+
+    def __init__(self, clock, sms: list, columns: int):
+        self.clock = clock
+        self.sms = sms
+        self.columns = columns
+        self.keys = [clock.sm_keys[sm] for sm in sms]
+
+    def ready(self) -> bool:
+        return all(self.clock.tmem_used(sm) + self.columns <= TMEM_COLUMNS for sm in self.sms)
+
+    def describe(self) -> str:
+        held = ", ".join(f"SM {sm}: {self.clock.tmem_used(sm)} of {TMEM_COLUMNS} columns allocated" for sm in self.sms)
+        return f"tcgen05.alloc of {self.columns} columns: waiting for tensor memory ({held})"
+
 
 # --------------------------------------------------------------------------------------------------
 # the clock
@@ -297,35 +426,27 @@ class TensorPipe:
 
 
 class Clock:
-    def __init__(self, grid, machine, *, step_budget: int, timeline=None, calls_per_flush: int = 15):
-        self.grid = grid
+    """The timed scheduler of one stream: grids added with `add` (in stream order, each with its call
+    number and PDL attribute), run together by `run`; `figures(grid)` per launch, `stream_figures()` for
+    the stream. A single launch is a stream of one."""
+
+    def __init__(self, machine, *, step_budget: int, timeline=None, calls_per_flush: int = 15):
         self.machine = machine
         self.step_budget = step_budget
         self.timeline = timeline
-        program = grid.program
-        self.costs = instruction_costs(program, machine)
-        self.latencies = result_latencies(program, machine)
-        effects = [register_effects(i, program.register_index) for i in program.kernel.instructions]
-        # a register being written is waited for too (write after write: the hardware's scoreboard)
-        self.waits_on = [tuple(sorted(set(r) | set(w))) for r, w in effects]
-        self.writes = [w for _, w in effects]
-        self.l1_addresses = [l1_address_reader(i, program) for i in program.kernel.instructions]
-        self.l1: dict = {}  # SM -> L1 (lines of global loads that allocate in L1)
-        self.lsu_addresses = [lsu_address_reader(i, program) for i in program.kernel.instructions]
-        # ALU instructions issued while the SM's tensor pipe executes cost `alu_cost_factor_tensor_busy` times
-        # their cost (Hopper's wgmma reads and writes its accumulator in the register file)
-        factor = float(machine.alu_cost_factor_tensor_busy)
-        self.busy_costs = [c * factor if cost_class(i) == "cost_alu" else c
-                           for c, i in zip(self.costs, program.kernel.instructions)]
-        self.lsu_free: dict = {}  # SM -> when its load/store unit takes the next line
-        # lines a global load brought into L2 in this call (the board flushes L2 and each call reads new
-        # inputs: a first read comes from DRAM)
+        self.calls_per_flush = calls_per_flush
+        self.states: list[GridState] = []
+        self.state_of: dict = {}  # grid -> GridState
+        self.tables: dict = {}  # program -> ProgramTables
+        self.dirty: dict = {}  # call -> DirtyL2
+        self.memory = None  # the global memory every grid of the stream shares
+        # lines a global load brought into L2 (the board flushes L2 and each call reads new inputs: a first
+        # read comes from DRAM; what a call shares with the one before, e.g. the plan's tables, hits)
         self.l2_lines: set = set()
-        self.store_bytes = [global_store_bytes(i) for i in program.kernel.instructions]
-        self.issue_hooks = [self._issue_hook(i, program) for i in program.kernel.instructions]
         self.queue: list = []
         self.sequence = 0
         self.current = None  # the warp issuing now
+        self.horizon = float("inf")  # the issuing warp stops before issuing past this time (the next entry's)
         self.event_time = 0.0  # the time of the event being delivered
         self.waiters: dict = {}  # id(key) -> {warp: None}, the warps parked on key (an ordered set)
         self.blocked: set = set()
@@ -333,19 +454,49 @@ class Clock:
         self.hbm = Server(machine.hbm_bytes_per_us / machine.cycles(1.0), window=machine.tma_hbm_latency)
         self.l2_server = Server(machine.l2_bytes_per_us / machine.cycles(1.0))
         self.l2 = L2(int(machine.l2_bytes))
-        self.dirty = DirtyL2(machine, calls_per_flush)
         self.pipes: dict = {}
+        self.lsu_free: dict = {}  # SM -> when its load/store unit takes the next line
+        sms = int(machine.sm_count)
+        self.free_shared = [int(machine.smem_per_sm)] * sms
+        self.free_threads = [int(machine.max_threads_per_sm)] * sms
+        self.free_registers = [int(machine.registers_per_sm)] * sms
+        self.residents: list = [[] for _ in range(sms)]  # the CTAs on each SM
+        self.sm_keys = [object() for _ in range(sms)]  # what a tensor-memory allocation waiting on an SM waits on
+        self.waiting: deque = deque()  # (GridState, cluster) launched, not yet on SMs, in launch order
+        self.dispatch_free = 0.0  # when the GPU's CTA dispatcher takes the next cluster
         self.sm_of: dict = {}  # cta -> SM index
         self.cta_start: dict = {}
         self.cta_end: dict = {}
-        self.first_pdl_wait: dict = {}  # cta -> time its first griddepcontrol.wait issued
-        self.idle_activity = None  # grid.activity() when only time limits were left to run (_idle)
+        self.idle_activity = None  # the grids' activity when only time limits were left to run (_idle)
         self.idle_woken: set = set()  # the warps whose time limits ran out since then
         # The lanes of one warp that issue the same TMA store together make one copy in time (the SASS
         # TMA instructions run on the uniform datapath, once per warp); the functional core performs each
         # lane's, which writes the same bytes.
-        self.last_store = (None, None, 0.0)
-        self.hbm_read = self.hbm_written = 0
+        self.last_store = (None, None, None, 0.0)
+
+    def add(self, grid, warps, *, call: int | None = None, pdl: bool = False) -> GridState:
+        """Append a launch to the stream: `call` (default: its own) is the board call it belongs to (the
+        launches of one call share that call's share of the dirty L2), `pdl` its programmatic stream
+        serialization attribute (it may launch once every CTA of the launch before triggered or exited)."""
+        index = len(self.states)
+        call = index if call is None else call
+        if self.states and call < self.states[-1].call:
+            raise EmulatorError("setup", f"launch {index} of the stream belongs to call {call}, after call "
+                                f"{self.states[-1].call}")
+        tables = self.tables.get(grid.program)
+        if tables is None:
+            tables = self.tables[grid.program] = ProgramTables(grid.program, self)
+        dirty = self.dirty.get(call)
+        if dirty is None:
+            dirty = self.dirty[call] = DirtyL2(self.machine, self.calls_per_flush)
+        state = GridState(self, grid, warps, index, call, pdl, tables, dirty)
+        self.states.append(state)
+        self.state_of[grid] = state
+        self.memory = self.memory or grid.global_memory
+        for w in warps:
+            w.clock_ticket = 0
+            w.time = 0.0
+        return state
 
     # ---------------------------------------------------------------- time
     def now(self) -> float:
@@ -354,54 +505,133 @@ class Clock:
     def _push(self, time: float, kind: int, payload, ticket: int = 0) -> None:
         self.sequence += 1
         heapq.heappush(self.queue, (time, self.sequence, kind, payload, ticket))
+        if kind == LAUNCH and time < self.horizon:
+            # a launch the running warp caused (its trigger): the warp stops there, so that the launch takes
+            # SMs as they are then, not after CTAs that exit later
+            self.horizon = time
 
     def _ready(self, warp, time: float) -> None:
         warp.clock_ticket += 1
         self._push(time, RUN, warp, warp.clock_ticket)
 
-    # ---------------------------------------------------------------- placement
-    def place(self) -> None:
-        """Clusters onto SMs in launch order; warps start when their CTA is dispatched."""
-        m, grid = self.machine, self.grid
-        shared = grid.config.shared_bytes + sum(v.size for v in grid.kernel.shared) + 1024
-        per_sm = max(1, min(int(m.smem_per_sm) // max(shared, 1), int(m.max_threads_per_sm) // grid.ctas[0].threads))
-        self.slots = [per_sm] * int(m.sm_count)  # free CTA slots per SM
-        self.waiting = list(grid.clusters)
-        self.dispatched = 0
-        self._dispatch(0.0)
+    def program_tables(self, warp) -> ProgramTables:
+        return self.state_of[warp.cta.grid].tables
+
+    def _recorded(self, grid) -> bool:
+        """The timeline records the stream's first grid."""
+        return self.timeline is not None and grid is self.states[0].grid
+
+    # ---------------------------------------------------------------- launch, placement, completion
+    def _launch(self, state, time: float) -> None:
+        """A launch's clusters join the dispatch queue (behind any earlier launch's)."""
+        state.launched = time
+        self.waiting.extend((state, cluster) for cluster in state.grid.clusters)
+        self._dispatch(time)
+
+    def _fits(self, sm: int, needs: CtaNeeds) -> bool:
+        """An SM takes a CTA when it is empty (a launch within the GPU's limits fits an empty SM) or has the
+        shared memory, threads and registers left."""
+        return not self.residents[sm] or (self.free_shared[sm] >= needs.shared and self.free_threads[sm] >= needs.threads
+                                          and self.free_registers[sm] >= needs.registers)
+
+    def _place(self, state, size: int):
+        """The first SM of the group a cluster of `size` CTAs goes to: aligned groups of `size` consecutive SMs
+        (a pair on a TPC), each SM able to take a CTA; of those, the least loaded (fewest resident CTAs), the
+        lowest first. None when no group can take it."""
+        best = None
+        for base in range(0, len(self.residents) - size + 1, size):
+            if all(self._fits(base + i, state.needs) for i in range(size)):
+                load = sum(len(self.residents[base + i]) for i in range(size))
+                if best is None or load < best[0]:
+                    best = (load, base)
+                    if load == 0:
+                        break
+        return None if best is None else best[1]
 
     def _dispatch(self, time: float) -> None:
+        """Clusters onto SMs in launch order, one CTA per `cta_dispatch_us` GPU-wide (a cluster's CTAs start
+        together); a cluster that fits nowhere waits (and the ones behind it) for CTAs to exit."""
         m = self.machine
-        size = len(self.waiting[0].ctas) if self.waiting else 1
         while self.waiting:
-            base = next((s for s in range(0, len(self.slots) - size + 1, size)
-                         if all(self.slots[s + i] for i in range(size))), None)
+            state, cluster = self.waiting[0]
+            base = self._place(state, len(cluster.ctas))
             if base is None:
                 return
-            cluster = self.waiting.pop(0)
-            start = time + m.cycles(m.cta_dispatch_us) * self.dispatched
+            self.waiting.popleft()
+            # one CTA dispatcher for the GPU: `cta_dispatch_us` per CTA, from when it is free
+            start = max(time, self.dispatch_free)
+            self.dispatch_free = start + m.cycles(m.cta_dispatch_us) * len(cluster.ctas)
+            needs = state.needs
             for i, cta in enumerate(cluster.ctas):
-                self.slots[base + i] -= 1
-                self.sm_of[cta] = base + i
+                sm = base + i
+                self.free_shared[sm] -= needs.shared
+                self.free_threads[sm] -= needs.threads
+                self.free_registers[sm] -= needs.registers
+                self.residents[sm].append(cta)
+                self.sm_of[cta] = sm
                 self.cta_start[cta] = start
-                self.dispatched += 1
+                state.dispatched += 1
                 for w in cta.warps:
                     w.time = start
                     self._ready(w, start)
 
     def _cta_exited(self, cta, time: float) -> None:
+        state = self.state_of[cta.grid]
         self.cta_end[cta] = time
-        self.slots[self.sm_of[cta]] += 1
+        sm = self.sm_of[cta]
+        needs = state.needs
+        self.free_shared[sm] += needs.shared
+        self.free_threads[sm] += needs.threads
+        self.free_registers[sm] += needs.registers
+        self.residents[sm].remove(cta)
+        self.wake(self.sm_keys[sm])  # tensor memory it held (a kernel frees it before it exits)
+        state.exited += 1
+        state.released.add(cta)
+        self._release_dependent(state, time)
+        if state.exited == len(state.grid.ctas):
+            last = max(self.cta_end[c] for c in state.grid.ctas)
+            self._push(max(last, state.hbm_done), COMPLETE, state)
         if self.waiting:
             self._dispatch(time)
 
+    def _trigger(self, warp) -> None:
+        """griddepcontrol.launch_dependents (9.7.13.x): the CTA's first lets the dependent launch go once
+        every CTA of the grid has issued it or exited; later ones have no effect."""
+        state = self.state_of[warp.cta.grid]
+        if warp.cta not in state.released:
+            state.released.add(warp.cta)
+            self._release_dependent(state, warp.time)
+
+    def _release_dependent(self, state, time: float) -> None:
+        """The next launch, if it carries the PDL attribute, launches `launch_gap_pdl_us` after every CTA of
+        `state` has triggered or exited."""
+        following = self.states[state.index + 1] if state.index + 1 < len(self.states) else None
+        if following is None or not following.pdl or following.scheduled:
+            return
+        if state.dispatched == len(state.grid.ctas) and len(state.released) == len(state.grid.ctas):
+            following.scheduled = True
+            self._push(time + self.machine.cycles(self.machine.launch_gap_pdl_us), LAUNCH, following)
+
+    def _complete(self, state, time: float) -> None:
+        """Every CTA of `state` exited and its memory operations are through: warps waiting in
+        griddepcontrol.wait on it may go on; the next launch not yet in the queue, if it has no PDL
+        attribute, launches `launch_gap_us` after every launch before it has completed (CUDA stream order;
+        one with PDL launches when the launch before it releases it: _release_dependent)."""
+        state.completed = time
+        self.wake(state)
+        following = next((s for s in self.states if not s.scheduled), None)
+        if following is not None and not following.pdl and \
+                all(s.completed is not None for s in self.states[:following.index]):
+            following.scheduled = True
+            self._push(time + self.machine.cycles(self.machine.launch_gap_us), LAUNCH, following)
+
     # ---------------------------------------------------------------- the loop
-    def run(self, warps) -> None:
-        for w in warps:
-            w.clock_ticket = 0
-            w.time = 0.0
-        self.place()
-        grid = self.grid
+    def run(self, warps=None) -> None:
+        """Run every launch of the stream to completion (`warps`: ignored, each grid's were given to `add`)."""
+        if not self.states:
+            return
+        self.states[0].scheduled = True
+        self._push(0.0, LAUNCH, self.states[0])
         while True:
             if not self.queue:
                 if not self._wake_missed():
@@ -410,7 +640,15 @@ class Clock:
             time, _, kind, payload, ticket = heapq.heappop(self.queue)
             if kind == EVENT:
                 self.event_time = time
-                payload.deliver(grid)
+                payload.deliver(payload.cta.grid)
+                continue
+            if kind == LAUNCH:
+                self.event_time = time
+                self._launch(payload, time)
+                continue
+            if kind == COMPLETE:
+                self.event_time = time
+                self._complete(payload, time)
                 continue
             warp = payload
             if ticket != warp.clock_ticket or warp.done:
@@ -420,14 +658,17 @@ class Clock:
                     self._idle(warp)
                 self._unpark(warp)
             self._issue(warp, time)
-        if any(not w.done for w in warps):
+        if any(not w.done for s in self.states for w in s.warps) or any(s.completed is None for s in self.states):
             self._hang("every live warp is blocked and no asynchronous work is pending")
+
+    def activity(self) -> tuple:
+        return tuple(s.grid.activity() for s in self.states if s.launched is not None)
 
     def _idle(self, warp) -> None:
         """Only time limits are left to run (try_waits', polls'), and `warp`'s ran out. A hang once every
         warp under a limit has run out of it since anything last changed (`Grid.activity`), and this one
         runs out again."""
-        activity = self.grid.activity()
+        activity = self.activity()
         if self.idle_activity != activity:
             self.idle_activity, self.idle_woken = activity, set()
         elif warp in self.idle_woken and all(w in self.idle_woken for _, _, _, w, ticket in self.queue
@@ -437,17 +678,18 @@ class Clock:
         self.idle_woken.add(warp)
 
     def _issue(self, warp, time: float) -> None:
-        grid = self.grid
-        if self.timeline is not None and warp.wait is not None:
+        grid = warp.cta.grid
+        recorded = self._recorded(grid)
+        if recorded and warp.wait is not None:
             self.timeline.wait(warp, warp.time, max(warp.time, time), warp.wait)
         warp.wait = None
         warp.time = max(warp.time, time)
-        horizon = self.queue[0][0] if self.queue else float("inf")
+        self.horizon = self.queue[0][0] if self.queue else float("inf")
         self.current = warp
         start = warp.time
-        count = warp.run(UNBOUNDED, clock=self, horizon=horizon)
+        count = warp.run(UNBOUNDED, clock=self)
         self.current = None
-        if self.timeline is not None:
+        if recorded:
             self.timeline.issue(warp, start, warp.time)
         grid.instructions += count
         if grid.instructions > self.step_budget:
@@ -467,6 +709,9 @@ class Clock:
     def _keys(wait) -> list:
         if isinstance(wait, PollWait):  # woken by its time limit alone
             return []
+        keys = getattr(wait, "keys", None)
+        if keys is not None:  # a griddepcontrol.wait's grids, a tensor-memory allocation's SMs
+            return list(keys)
         ops = getattr(wait, "ops", None)
         if ops is not None:
             return [op for op in ops if not op.delivered]
@@ -490,8 +735,9 @@ class Clock:
         self.blocked.discard(warp)
 
     def wake(self, key) -> None:
-        """`key` (an mbarrier phase, a named or cluster barrier, an asynchronous operation) completed now:
-        the warps waiting on it resume after the wake latency."""
+        """`key` (an mbarrier phase, a named or cluster barrier, an asynchronous operation, a grid that
+        completed, an SM whose tensor memory was freed) completed now: the warps waiting on it resume after
+        the wake latency."""
         warps = self.waiters.pop(id(key), None)
         if not warps:
             return
@@ -519,15 +765,25 @@ class Clock:
     def _hang(self, message: str, budget: bool = False) -> None:
         from .scheduler import hang_report
 
-        live = [w for cta in self.grid.ctas for w in cta.warps if not w.done]
-        raise HangError("budget" if budget else "hang", message, hang_report(self.grid, live))
+        reports = []
+        for state in self.states:
+            live = [w for cta in state.grid.ctas for w in cta.warps if not w.done]
+            if not live:
+                continue
+            report = hang_report(state.grid, live)
+            if len(self.states) > 1:
+                where = "not launched" if state.launched is None else f"launched at {self.machine.us(state.launched):.2f} us"
+                report = f"{state.describe()} ({where}):\n" + report
+            reports.append(report)
+        raise HangError("budget" if budget else "hang", message, "\n".join(reports))
 
     # ---------------------------------------------------------------- per-instruction hooks (warp.py)
     def stored(self, warp, pc: int, lanes: int) -> None:
         """A global store of `lanes` lanes at `pc`: its bytes take their share of HBM (the warp goes on)."""
-        nbytes = self.store_bytes[pc] * lanes
-        self.hbm.serve(warp.time, nbytes)
-        self.hbm_written += nbytes
+        state = self.state_of[warp.cta.grid]
+        nbytes = state.tables.store_bytes[pc] * lanes
+        state.hbm_done = max(state.hbm_done, self.hbm.serve(warp.time, nbytes))
+        state.hbm_written += nbytes
 
     def lsu_start(self, warp) -> float:
         """The earliest time a global memory request of `warp` enters its SM's load/store unit."""
@@ -539,7 +795,7 @@ class Clock:
         generic address is shared memory take none here)."""
         from .memory import GENERIC_SHARED_BASE, WINDOW_MASK
 
-        addresses = self.lsu_addresses[pc](warp)[mask]
+        addresses = self.program_tables(warp).lsu_addresses[pc](warp)[mask]
         addresses = addresses[(addresses & np.uint64(WINDOW_MASK)) != np.uint64(GENERIC_SHARED_BASE)]
         lines = len(self.lines(addresses))
         self.lsu_free[self.sm_of[warp.cta]] = warp.time + lines * self.machine.lsu_cycles_per_line
@@ -551,20 +807,21 @@ class Clock:
         aligned: their own lines would vary from run to run)."""
         if addresses.size == 0:
             return set()
-        region = self.grid.global_memory.region(int(addresses.min()), 1)
+        region = self.memory.region(int(addresses.min()), 1)
         base = np.uint64(region[0] if region is not None else 0)
         return set(((((addresses - base) >> np.uint64(7)) << np.uint64(7)) + base).tolist())
 
     def load_latency(self, warp, pc: int, mask) -> float:
         """A cached global load issued now: its result's latency. The lines it reads are in the SM's L1
-        (least recently used out, `l1_load_bytes`) once a load of that SM brought them; an L1 hit costs
-        `latency_l1_hit` (or waits for a line still on its way), a miss the L2's `latency_global_load`,
-        or `latency_dram_load` where no load of this call read the line before."""
+        (least recently used out, `l1_load_bytes`) once a load of that SM and grid brought them; an L1 hit
+        costs `latency_l1_hit` (or waits for a line still on its way), a miss the L2's
+        `latency_global_load`, or `latency_dram_load` where no load of the stream read the line before."""
         m = self.machine
-        addresses = self.l1_addresses[pc](warp)[mask]
-        lines = self.l1.get(self.sm_of[warp.cta])
+        state = self.state_of[warp.cta.grid]
+        addresses = state.tables.l1_addresses[pc](warp)[mask]
+        lines = state.l1.get(self.sm_of[warp.cta])
         if lines is None:
-            lines = self.l1[self.sm_of[warp.cta]] = OrderedDict()
+            lines = state.l1[self.sm_of[warp.cta]] = OrderedDict()
         now, latency = warp.time, m.latency_l1_hit
         for line in self.lines(addresses):
             arrival = lines.get(line)
@@ -582,12 +839,58 @@ class Clock:
     def _issue_hook(self, instr, program):
         """What an instruction does to time when it issues, besides its cost: (warp, lanes) -> None, or
         None."""
-        if instr.opcode.startswith("griddepcontrol.wait"):
-            return lambda warp, mask: self.first_pdl_wait.setdefault(warp.cta, warp.time)
+        if instr.opcode.startswith("griddepcontrol.launch_dependents"):
+            return lambda warp, mask: self._trigger(warp)
+        if instr.opcode.startswith("tcgen05.dealloc"):
+            pair = "cta_group::2" in instr.modifiers
+            return lambda warp, mask: self._tmem_freed(warp.cta, pair)
         if instr.family == "nanosleep":
             requested = program.reader(instr.operands[0], "u32")
             return lambda warp, mask: self.sleep(warp, requested(warp)[mask])
         return None
+
+    def _gate(self, instr, program):
+        """What may hold a warp before an instruction issues: warp -> a Wait, or None to go on; or None for
+        an instruction nothing holds."""
+        if instr.opcode.startswith("griddepcontrol.wait"):
+            return self._grid_dependency
+        if instr.opcode.startswith("tcgen05.alloc"):
+            columns = program.reader(instr.operands[1], "u32")
+            pair = "cta_group::2" in instr.modifiers
+            return lambda warp: self._tmem_available(warp, int(columns(warp)[0]), pair)
+        return None
+
+    def _grid_dependency(self, warp):
+        state = self.state_of[warp.cta.grid]
+        state.first_pdl_wait.setdefault(warp.cta, warp.time)
+        pending = [s for s in self.states[:state.index] if s.completed is None]
+        return GridDependencyWait(pending, state) if pending else None
+
+    def _pair_sms(self, cta, pair: bool) -> list:
+        sms = [self.sm_of[cta]]
+        if pair and len(cta.cluster.ctas) > 1:
+            peer = cta.cluster.ctas[cta.rank ^ 1] if (cta.rank ^ 1) < len(cta.cluster.ctas) else None
+            if peer is not None and peer in self.sm_of:
+                sms.append(self.sm_of[peer])
+        return sms
+
+    def tmem_used(self, sm: int) -> int:
+        """Tensor-memory columns the CTAs on `sm` hold (each CTA's allocations are its own in the functional
+        core; on the SM they share its 512 columns)."""
+        return sum(sum(cta._tmem.allocations.values()) for cta in self.residents[sm] if cta._tmem is not None)
+
+    def _tmem_available(self, warp, columns: int, pair: bool):
+        sms = self._pair_sms(warp.cta, pair)
+        if all(self.tmem_used(sm) + columns <= TMEM_COLUMNS for sm in sms):
+            return None
+        own = sum(warp.cta._tmem.allocations.values()) if warp.cta._tmem is not None else 0
+        if own + columns > TMEM_COLUMNS:
+            return None  # beyond what its own CTA can ever get: the functional core reports it
+        return TensorMemoryWait(self, sms, columns)
+
+    def _tmem_freed(self, cta, pair: bool) -> None:
+        for sm in self._pair_sms(cta, pair):
+            self.wake(self.sm_keys[sm])
 
     def sleep(self, warp, requested_ns) -> None:
         """nanosleep (PTX ISA 9.7.19.2): the warp sleeps about t ns, at most 1 ms; the ISA allows [0, 2t] and
@@ -601,14 +904,17 @@ class Clock:
         """An asynchronous operation was issued (async_ops.issue): deliver it when its unit completes it."""
         now = self.now()
         unit = op.unit
+        state = self.state_of[op.cta.grid]
         if unit == "tma.load":
-            done = self._tma_load(now, op)
-        elif unit == "tma.store" and self.last_store[:2] == (now, op.key):
-            done = self.last_store[2]  # another lane of the same warp instruction: one copy (see below)
+            done = self._tma_load(now, op, state)
+        elif unit == "tma.store" and self.last_store[:3] == (now, op.key, op.cta):
+            done = self.last_store[3]  # another lane of the same warp instruction: one copy (see below)
         elif unit == "tma.store":
-            done = max(now + self.machine.tma_store_latency, self.hbm.serve(now, op.bytes))
-            self.hbm_written += op.bytes
-            self.last_store = (now, op.key, done)
+            through = self.hbm.serve(now, op.bytes)
+            done = max(now + self.machine.tma_store_latency, through)
+            state.hbm_done = max(state.hbm_done, through)
+            state.hbm_written += op.bytes
+            self.last_store = (now, op.key, op.cta, done)
         elif unit == "tcgen05.commit":
             done = max(now, self._pipe(op.cta).done) + self.machine.commit_latency
         elif unit == "wgmma.commit":
@@ -616,26 +922,49 @@ class Clock:
         else:
             raise EmulatorError("setup", f"the timed mode has no model of the asynchronous unit {unit!r} "
                                 f"({op.issuer})")
-        if self.timeline is not None:
+        if self._recorded(op.cta.grid):
             self.timeline.unit(op, now, done)
         self._push(done, EVENT, op)
 
-    def _tma_load(self, now: float, op) -> float:
+    def _miss(self, now: float, key, nbytes: int, state) -> float:
+        """`nbytes` come from HBM into L2 (after the dirty victims they evict are written back): when they
+        are in L2."""
+        m = self.machine
+        writeback = state.dirty.evict(nbytes)
+        latency = loaded_latency(m, self.hbm.load(now))
+        through = self.hbm.serve(now, nbytes + writeback)
+        state.hbm_done = max(state.hbm_done, through)
+        state.hbm_read += nbytes
+        state.hbm_written += writeback
+        return max(now + latency, through)
+
+    def _tma_load(self, now: float, op, state) -> float:
         m = self.machine
         arrival = self.l2.lookup(op.key)
         if arrival is not None:
+            state.l2_hits += 1
             through = self.l2_server.serve(now, op.bytes)
             return max(now + m.tma_l2_latency, through, arrival)
         # a miss's bytes come from HBM (after its dirty victims leave) and then, as a hit's do, through L2's
         # ports to the SM
-        writeback = self.dirty.evict(op.bytes)
-        latency = loaded_latency(m, self.hbm.load(now))
-        through = max(self.hbm.serve(now, op.bytes + writeback), self.l2_server.serve(now, op.bytes))
-        self.hbm_read += op.bytes
-        self.hbm_written += writeback
-        done = max(now + latency, through)
+        state.l2_misses += 1
+        in_l2 = self._miss(now, op.key, op.bytes, state)
+        through = self.l2_server.serve(now, op.bytes)
+        done = max(in_l2, through)
         self.l2.insert(op.key, done, op.bytes)
         return done
+
+    def prefetch(self, warp, key, nbytes: int) -> None:
+        """cp.async.bulk.prefetch(.tensor) to L2 (bulk_copy.py): a box not in L2 comes in from HBM as a TMA
+        load's miss would (no shared memory, no mbarrier, nothing through L2's ports to an SM); a later load of
+        it is a hit (one still in flight waits for it). A box already in L2 costs nothing."""
+        state = self.state_of[warp.cta.grid]
+        if key in self.l2.lines:
+            return
+        now = self.now()
+        arrival = self._miss(now, key, nbytes, state)
+        state.prefetched += nbytes
+        self.l2.insert(key, arrival, nbytes)
 
     def tensor_pipe(self, warp) -> TensorPipe:
         return self._pipe(warp.cta)
@@ -666,37 +995,71 @@ class Clock:
         start = max(self.now(), pipe.free)
         pipe.free = start + ii
         pipe.busy += ii
+        state = self.state_of[cta.grid]
+        sm = self.sm_of[cta]
+        state.pipe_busy[sm] = state.pipe_busy.get(sm, 0.0) + ii
         pipe.done = max(pipe.done, start + latency)
-        if self.timeline is not None:
+        if self._recorded(cta.grid):
             self.timeline.tensor(cta, unit, start, start + latency)
 
     # ---------------------------------------------------------------- results
-    def figures(self) -> dict:
-        """The kernel's span and what board_us needs, in microseconds."""
+    def figures(self, grid) -> dict:
+        """One launch's span and what board_us needs, in microseconds; `start_us` and `end_us` place it in
+        the stream (time 0: the stream's first launch)."""
         m = self.machine
-        start = min(self.cta_start.values())
-        ends = sorted(self.cta_end.values())
-        end = max(ends[-1], self.hbm.free)
-        prologue = [t - self.cta_start[c] for c, t in self.first_pdl_wait.items()]
+        state = self.state_of[grid]
+        ctas = grid.ctas
+        start = min(self.cta_start[c] for c in ctas)
+        ends = sorted(self.cta_end[c] for c in ctas)
+        end = max(ends[-1], state.hbm_done)
+        prologue = [t - self.cta_start[c] for c, t in state.first_pdl_wait.items()]
         return {
             "kernel_us": m.us(end - start),
             "first_cta_end_us": m.us(ends[0] - start),
             "last_cta_end_us": m.us(ends[-1] - start),
             "prologue_us": m.us(max(prologue)) if prologue else 0.0,
-            "pdl": bool(self.first_pdl_wait),
-            "hbm_read_mb": self.hbm_read / 1e6,
-            "hbm_written_mb": self.hbm_written / 1e6,
-            "l2_hits": self.l2.hits,
-            "l2_misses": self.l2.misses,
-            "tensor_busy": max((p.busy for p in self.pipes.values()), default=0.0) / max(end - start, 1.0),
+            "pdl": bool(state.first_pdl_wait),
+            "hbm_read_mb": state.hbm_read / 1e6,
+            "hbm_written_mb": state.hbm_written / 1e6,
+            "l2_hits": state.l2_hits,
+            "l2_misses": state.l2_misses,
+            "tensor_busy": max(state.pipe_busy.values(), default=0.0) / max(end - start, 1.0),
+            "start_us": m.us(start),
+            "end_us": m.us(end),
+            **({"prefetched_mb": state.prefetched / 1e6} if state.prefetched else {}),
+        }
+
+    def stream_figures(self) -> dict:
+        """The stream as a whole: when each call completed (its last launch's completion: every CTA exited
+        and its memory operations through), the gaps between consecutive calls' completions, and the
+        steady-state time per call, `stream_us`: the mean of the last even number of gaps after the first
+        (`steady_gaps`; where none is, every gap; None for a stream of one call). The first gap is a
+        transient: the first call starts cold, with no call before it to overlap its start-up, and its cold
+        first loads give it a tail under which the second call hides all of its own start-up. The calls after
+        it may alternate (a call whose CTAs end together lets the next one hide nothing of its start-up; that
+        one's spread ends let the one after it hide more): an even count of gaps takes whole periods."""
+        m = self.machine
+        ends: dict = {}
+        for state in self.states:
+            ends[state.call] = max(ends.get(state.call, 0.0), state.completed)
+        done = [m.us(ends[c]) for c in sorted(ends)]
+        gaps = [b - a for a, b in zip(done, done[1:])]
+        steady = gaps[1:][len(gaps[1:]) % 2:] or gaps
+        return {
+            "calls": len(done),
+            "call_end_us": done,
+            "call_gaps_us": gaps,
+            "steady_gaps": len(steady),
+            "stream_us": sum(steady) / len(steady) if steady else None,
         }
 
 
 def board_us(figures: dict, machine) -> float:
-    """One call's share of the board's 15 back-to-back calls (DESIGN.md, "Timed mode"): the launch gap
-    after the previous call's grid, then the kernel; with PDL the gap is the shorter one and the prologue
-    (CTA start to the first griddepcontrol.wait) overlaps the previous kernel's tail, where SMs were
-    already free (between its first and last CTA exits)."""
+    """One call's share of the board's 15 back-to-back calls by the single-call formula (DESIGN.md, "Timed
+    mode"): the launch gap after the previous call's grid, then the kernel; with PDL the gap is the shorter
+    one and the prologue (CTA start to the first griddepcontrol.wait) overlaps the previous kernel's tail,
+    where SMs were already free (between its first and last CTA exits). A stream of calls
+    (Clock.stream_figures) simulates that overlap instead."""
     if figures["pdl"]:
         tail = figures["last_cta_end_us"] - figures["first_cta_end_us"]
         return machine.launch_gap_pdl_us + figures["kernel_us"] - min(figures["prologue_us"], tail)

@@ -27,6 +27,7 @@ The package's `__init__` modules are not run (0.6.17's queries a GPU at import, 
 FlashInfer): `kernel_module()` imports the kernel file with every `flashinfer` package stubbed to its path.
 """
 
+import copy
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -100,8 +101,6 @@ class FlashInferMasked:
     def __init__(self, masked_m, n: int, k: int, *, mma_tiler_mn=(128, 128), cluster_mn=(1, 1),
                  m_max: int | None = None, seed: int = 0, max_active_clusters: int | None = None,
                  masked_m_slack: int = 0):
-        import cuda.bindings.driver as cuda
-
         import cutlass
         import cutlass.cute as cute
 
@@ -117,22 +116,7 @@ class FlashInferMasked:
             raise ValueError(f"masked_m {self.masked_m}: each in 0..M_max = {m_max}")
         self.groups, self.m_max, self.n, self.k = groups, m_max, n, k
 
-        rng = np.random.default_rng(seed)
-        self.a = torch.from_numpy(rng.integers(0, 256, size=(groups, m_max, k // 2), dtype=np.uint8))
-        self.b = torch.from_numpy(rng.integers(0, 256, size=(groups, n, k // 2), dtype=np.uint8))
-        sfa = [blocked_scales(m_max, k, rng) for _ in range(groups)]
-        sfb = [blocked_scales(n, k, rng) for _ in range(groups)]
-        self.sfa = torch.cat([s for s, _ in sfa])  # (L, row blocks, column blocks, 32, 4, 4) bytes
-        self.sfb = torch.cat([s for s, _ in sfb])
-        self.sfa_values = [v for _, v in sfa]
-        self.sfb_values = [v for _, v in sfb]
-        self.c = torch.full((groups, m_max, n), float("nan"), dtype=torch.float16)
-        # masked_m at the start of a buffer whose tail (16 int32) no region covers: a read past the L
-        # elements (plus the slack) is outside every region, wherever the allocator put its neighbours
-        self.masked_m_buffer = torch.full((groups + masked_m_slack + 16,), SLACK_GARBAGE, dtype=torch.int32)
-        self.masked_m_buffer[:groups] = torch.tensor(self.masked_m, dtype=torch.int32)
         self.masked_m_slack = masked_m_slack
-
         kernel_class = module.Sm100BlockScaledPersistentDenseGemmKernel
         roles = kernel_class(sf_vec_size=SF_VEC, mma_tiler_mn=tuple(mma_tiler_mn),
                              cluster_shape_mn=tuple(cluster_mn), sm_version="sm_100")
@@ -150,17 +134,49 @@ class FlashInferMasked:
         except TypeError as e:  # FlashInfer's can_implement refused the shape or configuration
             raise ValueError(str(e)) from None
 
+        # the optional pointers (dst_signals, alpha; 0.6.17 adds the combine-fusion ones) stay None
+        self.parameters = len(inspect.signature(type(host).__call__).parameters) - 1  # less self
+        self._inputs(seed)
+        self.compiled = cute.compile(host, *self.args)
+
+    def _inputs(self, seed: int) -> None:
+        """New inputs drawn from `seed` (C poisoned, masked_m the same), and the arguments that point at them."""
+        import cuda.bindings.driver as cuda
+
+        import cutlass
+        import cutlass.cute as cute
+
+        groups, m_max, n, k = self.groups, self.m_max, self.n, self.k
+        self.seed = seed
+        rng = np.random.default_rng(seed)
+        self.a = torch.from_numpy(rng.integers(0, 256, size=(groups, m_max, k // 2), dtype=np.uint8))
+        self.b = torch.from_numpy(rng.integers(0, 256, size=(groups, n, k // 2), dtype=np.uint8))
+        sfa = [blocked_scales(m_max, k, rng) for _ in range(groups)]
+        sfb = [blocked_scales(n, k, rng) for _ in range(groups)]
+        self.sfa = torch.cat([s for s, _ in sfa])  # (L, row blocks, column blocks, 32, 4, 4) bytes
+        self.sfb = torch.cat([s for s, _ in sfb])
+        self.sfa_values = [v for _, v in sfa]
+        self.sfb_values = [v for _, v in sfb]
+        self.c = torch.full((groups, m_max, n), float("nan"), dtype=torch.float16)
+        # masked_m at the start of a buffer whose tail (16 int32) no region covers: a read past the L
+        # elements (plus the slack) is outside every region, wherever the allocator put its neighbours
+        self.masked_m_buffer = torch.full((groups + self.masked_m_slack + 16,), SLACK_GARBAGE, dtype=torch.int32)
+        self.masked_m_buffer[:groups] = torch.tensor(self.masked_m, dtype=torch.int32)
+
         def ptr(dtype, tensor):
             return cute.runtime.make_ptr(dtype, tensor.data_ptr(), cute.AddressSpace.gmem, assumed_align=16)
 
         args = [ptr(cutlass.Float4E2M1FN, self.a), ptr(cutlass.Float4E2M1FN, self.b),
                 ptr(cutlass.Float8E4M3FN, self.sfa), ptr(cutlass.Float8E4M3FN, self.sfb),
                 ptr(cutlass.Float16, self.c), ptr(cutlass.Int32, self.masked_m_buffer)]
-        # the optional pointers (dst_signals, alpha; 0.6.17 adds the combine-fusion ones) stay None
-        parameters = len(inspect.signature(type(host).__call__).parameters) - 1  # less self
-        args += [None] * (parameters - len(args) - 1) + [cuda.CUstream(0)]
+        args += [None] * (self.parameters - len(args) - 1) + [cuda.CUstream(0)]
         self.args = tuple(args)
-        self.compiled = cute.compile(host, *self.args)
+
+    def with_inputs(self, seed: int) -> "FlashInferMasked":
+        """The same compiled kernel on new inputs drawn from `seed` (another call of a stream)."""
+        other = copy.copy(self)
+        other._inputs(seed)
+        return other
 
     def rows_covered(self, rows: int) -> int:
         """Rows of C the tiles of a group with `rows` valid rows cover (see the module's docstring)."""

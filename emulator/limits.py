@@ -148,3 +148,14 @@ def check_launch(launch, limits: GpuLimits = B200) -> None:
         if per_warp * warps > limits.registers_per_block:
             refuse(f"{resources.registers} registers per thread x {threads} threads ({per_warp} per warp x {warps} "
                    f"warps = {per_warp * warps}) > {limits.registers_per_block} registers per block")
+
+
+def registers_per_cta(launch, limits: GpuLimits = B200) -> int | None:
+    """The registers one CTA of `launch` takes from its SM (the cubin's per-thread count, allocated per warp in
+    units of `register_unit`), None where the launch record carries no cubin or the cubin does not say."""
+    cubin = getattr(launch, "cubin", b"")
+    registers = cubin_resources(cubin, launch.kernel_name).registers if cubin else None
+    if registers is None:
+        return None
+    per_warp = -(-registers * 32 // limits.register_unit) * limits.register_unit
+    return per_warp * -(-(launch.block[0] * launch.block[1] * launch.block[2]) // 32)

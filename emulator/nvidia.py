@@ -11,9 +11,11 @@ line what is needed and how to get it.
 `NvidiaExample(mma_tiler_mn, cluster_mn, m, n, k)` builds the inputs on the CPU (FP4 A and B in every byte
 pattern, e4m3 scale factors drawn from both signs and a range of exponents, never all equal; C poisoned
 with NaN), compiles the example as for a B200 and holds what a run needs: `compiled`, `args`, `tensors`
-(to register as global memory), `output()` and the exact `reference()`.
+(to register as global memory), `output()` and the exact `reference()`; `with_inputs(seed)` is the same
+compiled kernel on other inputs (the next call of a stream).
 """
 
+import copy
 import importlib.util
 import os
 from pathlib import Path
@@ -109,13 +111,8 @@ class NvidiaExample:
                                         tuple(mma_tiler_mn), tuple(cluster_mn), m, n, k, 1, "k", "k", "n"):
             raise ValueError(f"NVIDIA's example cannot implement mma_tiler {mma_tiler_mn}, cluster {cluster_mn}, "
                              f"M, N, K = {m}, {n}, {k}")
-        rng = np.random.default_rng(seed)
-        self.a = torch.from_numpy(rng.integers(0, 256, size=(m, k // 2), dtype=np.uint8))
-        self.b = torch.from_numpy(rng.integers(0, 256, size=(n, k // 2), dtype=np.uint8))
-        self.sfa, self.sfa_values = blocked_scales(m, k, rng)
-        self.sfb, self.sfb_values = blocked_scales(n, k, rng)
-        self.c = torch.full((m, n), float("nan"), dtype=torch.float16)
-        self.tensors = (self.a, self.b, self.sfa, self.sfb, self.c)
+        self.mnk = (m, n, k)
+        self._inputs(seed)
         self.warp_roles = WARP_ROLES
         cluster_size = cluster_mn[0] * cluster_mn[1]
         clusters = max_active_clusters or max(1, 2 // cluster_size * 1)
@@ -134,13 +131,36 @@ class NvidiaExample:
             sfb = cute.make_tensor(sfb_ptr, cute.make_layout(self.sfb.numel()))
             gemm(a, b, sfa, sfb, c, clusters, stream)
 
+        self.compiled = cute.compile(entry, *self.args)
+
+    def _inputs(self, seed: int) -> None:
+        """New inputs drawn from `seed` (C poisoned), and the arguments that point at them."""
+        import cuda.bindings.driver as cuda
+
+        import cutlass
+        import cutlass.cute as cute
+
+        m, n, k = self.mnk
+        rng = np.random.default_rng(seed)
+        self.a = torch.from_numpy(rng.integers(0, 256, size=(m, k // 2), dtype=np.uint8))
+        self.b = torch.from_numpy(rng.integers(0, 256, size=(n, k // 2), dtype=np.uint8))
+        self.sfa, self.sfa_values = blocked_scales(m, k, rng)
+        self.sfb, self.sfb_values = blocked_scales(n, k, rng)
+        self.c = torch.full((m, n), float("nan"), dtype=torch.float16)
+        self.tensors = (self.a, self.b, self.sfa, self.sfb, self.c)
+
         def ptr(dtype, tensor):
             return cute.runtime.make_ptr(dtype, tensor.data_ptr(), cute.AddressSpace.gmem, assumed_align=16)
 
         self.args = (ptr(cutlass.Float4E2M1FN, self.a), ptr(cutlass.Float4E2M1FN, self.b),
                      ptr(cutlass.Float8E4M3FN, self.sfa), ptr(cutlass.Float8E4M3FN, self.sfb),
                      ptr(cutlass.Float16, self.c), cuda.CUstream(0))
-        self.compiled = cute.compile(entry, *self.args)
+
+    def with_inputs(self, seed: int) -> "NvidiaExample":
+        """The same compiled kernel on new inputs drawn from `seed` (another call of a stream)."""
+        other = copy.copy(self)
+        other._inputs(seed)
+        return other
 
     def output(self) -> torch.Tensor:
         return self.c.to(torch.float64)

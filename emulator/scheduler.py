@@ -29,10 +29,8 @@ ADVERSARIAL_MAX_SLICE = 48
 
 
 def run_grid(grid, warps, *, step_budget: int) -> None:
-    if grid.clock is not None:
-        grid.clock.run(warps)
-        finish(grid)
-        return
+    """Run one grid to completion in eager or adversarial mode (the timed mode runs its stream of grids in
+    clock.Clock.run)."""
     adversarial = grid.mode == "adversarial"
     rng = grid.rng
     ready = deque(warps)

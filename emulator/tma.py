@@ -335,6 +335,16 @@ def box_bytes(tmap: TensorMap) -> int:
     return int(np.prod(box_extent(tmap), dtype=np.int64)) * tmap.element_bits // 8
 
 
+def box_key(tmap: TensorMap, coords: tuple[int, ...]) -> tuple:
+    """What identifies the global bytes a box of `tmap` at `coords` reads: the tensor's address, element
+    format, dims and strides, the box and its traversal strides, and the coordinates, not where the map
+    lies (the same kernel's maps lie at the same parameter address in every launch, each describing other
+    tensors; a map patched in place describes another tensor). Two copies with the same key read the
+    same bytes (the timed mode's L2 matches hits on it)."""
+    return (tmap.global_address, int(tmap.element_format), tmap.dims, tmap.strides, tmap.box,
+            tmap.element_strides, tuple(coords))
+
+
 def check_copy(tmap: TensorMap, coords: tuple[int, ...], smem_address: int, store: bool) -> None:
     """Raise what `load_box` / `store_box` would for this copy, before any byte moves: EmulatorError for a
     copy the hardware faults on (misaligned shared address or innermost coordinate, a store at a negative

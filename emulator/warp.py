@@ -292,25 +292,28 @@ class Warp:
     def where(self, index: int | None = None) -> str:
         return f"{self.program.where(self.last_index if index is None else index)}; {self.label} ({self.role})"
 
-    def run(self, budget: int, clock=None, horizon: float = 0.0) -> int:
+    def run(self, budget: int, clock=None) -> int:
         """Execute up to `budget` instructions; stop early when blocked or done. Returns the count.
         Timed mode (`clock`, clock.py): each instruction issues at `self.time`, once the registers it reads
         are ready; the time then advances by the instruction's issue cost and its results are ready a
-        latency after issue. The warp stops before issuing past `horizon` (the next event anywhere)."""
+        latency after issue. The warp stops before issuing past `clock.horizon` (the next event anywhere), and
+        before an instruction the clock holds it at (a gate: griddepcontrol.wait on a grid still running,
+        tcgen05.alloc on an SM whose tensor memory another CTA holds), which it issues once woken."""
         program = self.program
         steps, guards, aligned = program.steps, program.guards, program.aligned
         instructions = program.kernel.instructions
         if clock is not None:
-            costs, store_bytes, issue_hooks = clock.costs, clock.store_bytes, clock.issue_hooks
-            latencies, waits_on, writes, l1_loads = clock.latencies, clock.waits_on, clock.writes, clock.l1_addresses
-            lsu, busy_costs = clock.lsu_addresses, clock.busy_costs
+            tables = clock.program_tables(self)
+            costs, store_bytes, issue_hooks = tables.costs, tables.store_bytes, tables.issue_hooks
+            latencies, waits_on, writes, l1_loads = tables.latencies, tables.waits_on, tables.writes, tables.l1_addresses
+            lsu, busy_costs, gates = tables.lsu_addresses, tables.busy_costs, tables.gates
             tensor_pipe = clock.tensor_pipe(self)
             if self.ready is None:
                 self.ready = [0.0] * len(program.register_index)
             ready = self.ready
         count = 0
         while count < budget:
-            if clock is not None and self.time > horizon:
+            if clock is not None and self.time > clock.horizon:
                 return count
             if self.lane_pc is None:
                 pc = self.pc
@@ -326,7 +329,7 @@ class Warp:
                         self.time = ready[r]
                 if lsu[pc] is not None:  # a global load or store waits for the SM's load/store unit
                     self.time = clock.lsu_start(self)
-                if self.time > horizon:
+                if self.time > clock.horizon:
                     return count
             if pc >= len(steps):
                 raise EmulatorError("control", "execution ran past the end of the kernel", self.where())
@@ -337,6 +340,11 @@ class Warp:
             if guard is not None:
                 g = self.regs[guard[0]] != 0
                 exec_mask = mask & (~g if guard[1] else g)
+            if clock is not None and gates[pc] is not None and exec_mask.any():
+                held = gates[pc](self)  # the clock holds the warp before this instruction (clock.py)
+                if held is not None:
+                    self.wait = held
+                    return count - 1
             if aligned[pc] and exec_mask is not self.alive and not np.array_equal(exec_mask, self.alive):
                 raise EmulatorError("aligned", f"`.aligned` instruction executed by lanes "
                                     f"{np.flatnonzero(exec_mask).tolist()} of live lanes "

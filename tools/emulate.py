@@ -11,15 +11,22 @@
         [--arch sm_100a|sm_90a]
 
     python tools/emulate.py benchmarks [--kernel submission|flashinfer|both] [--config TEXT] [--arch sm_100a|sm_90a]
-        [--only N] [--timeline FILE.png]
+        [--only N] [--calls N] [--timing-only] [--timeline FILE.png]
 
 `--time` (or `--mode timed`) runs the timed mode (emulator/clock.py, with emulator/machines/'s description
 of the GPU): the verdict line adds `simulated X.XX us`, one call's board time (DESIGN.md, "Timed mode");
+`--calls N` (nvidia, flashinfer, submission; default 1) runs N consecutive calls on N inputs (submission:
+the board's, seed + 42, + 84, ...) as one CUDA stream in one clock, consecutive calls overlapping as CUDA
+lets them (PDL), every call's output checked: `simulated` is then the steady-state time per call (the mean
+of the last even number of gaps between calls' completions after the first: with 4 calls, the last two) and
+the single-call formula's figure follows it, and the `timing:` line adds each call's completion, the gaps
+and `stream_us`;
 `--timeline FILE.png` also draws the first two CTAs' warps over time and prints every worker's phases
 (start-up, first load, mainloop, tail); `--timing-only` skips TMA data and MMA
 arithmetic (the same times; outputs neither computed nor checked: verdict TIMED). `benchmarks` runs task.yml's four
-benchmarks timed, at the B200's worker count, each checked against the reference, and prints a geomean
-row last; `--kernel flashinfer` times FlashInfer's masked kernel on the same shapes (its padded layout:
+benchmarks timed, at the B200's worker count, each as a stream of `--calls` calls (default 4; 1: the
+single-call formula alone) checked against the reference, prints per benchmark the stream figure, its gaps
+and the formula's figure, and a geomean row last; `--kernel flashinfer` times FlashInfer's masked kernel on the same shapes (its padded layout:
 masked_m is the M list; default tactic, 148 SMs), `--kernel both` the two side by side with their ratio
 per benchmark and `geomean ours X us, flashinfer Y us` last.
 
@@ -75,6 +82,25 @@ POISON = 0x7E00  # fp16 NaN: a cell the kernel should have written and did not s
 GUARD = 0x5A5A
 
 
+# A stream of 4 calls: the gap between the first two calls' completions is a transient (the first call starts
+# cold: the second hides all its start-up under the first's tail), and the calls after it may alternate
+# between hiding more and less of theirs (benchmark 3: gaps 6.84, 6.23, 6.85, 6.23 us): 4 is the fewest
+# calls whose time per call (the mean of the last two gaps, clock.Clock.stream_figures) leaves out the
+# transient and takes a whole period; each call more costs a call's emulation (benchmark 1: 75 s).
+DEFAULT_CALLS = 4
+BOARD_SEED_STEP = 42  # eval.py: each of the board's inputs is drawn with the seed 42 past the one before
+
+
+def _calls(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a number of calls, at least 1")
+    return value
+
+
 def _pair(text: str) -> tuple:
     try:
         values = tuple(int(x) for x in text.split(","))
@@ -104,6 +130,10 @@ def parse_args(argv=None):
         p.add_argument("--flush-every", type=int, default=15, metavar="CALLS",
                        help="timed mode: timed calls per L2 flush (the board's 15; FlashInfer's benchmark 1): "
                             "the flush leaves L2 dirty")
+        if name != "nvidia-grouped":
+            p.add_argument("--calls", type=_calls, default=1, metavar="N",
+                           help="N consecutive calls on N inputs as one CUDA stream (timed: in one clock; the "
+                                "simulated time is the steady-state time per call, the single-call formula beside it)")
         p.add_argument("--seed", type=int, default=0, help="adversarial order and (nvidia) data seed")
         p.add_argument("--ptx-filter", metavar="CMD", help="shell command the PTX text is piped through")
         p.add_argument("--step-budget", type=int, default=None, metavar="N", help="warp instructions before a HANG")
@@ -158,6 +188,9 @@ def parse_args(argv=None):
                    help="change one constant of the machine description (a what-if run)")
     p.add_argument("--flush-every", type=int, default=15, metavar="CALLS",
                    help="timed calls per L2 flush (the board's 15): the flush leaves L2 dirty")
+    p.add_argument("--calls", type=_calls, default=DEFAULT_CALLS, metavar="N",
+                   help=f"consecutive calls on the board's inputs as one CUDA stream (default {DEFAULT_CALLS}; 1: the "
+                        "single-call formula alone)")
     p.add_argument("--submission", type=Path, default=ROOT / "submission.py", metavar="FILE")
     args = parser.parse_args(argv)
     if args.command == "benchmarks":
@@ -179,6 +212,10 @@ def figures(errors, stats, seconds, races: bool = False) -> str:
     rate = stats.instructions / stats.seconds if stats.seconds else 0.0  # emulation only, not compiling
     err = "error/tol=n/a" if errors is None else f"error/tol={errors[0]:.3g} max_abs_error={errors[1]:.3g}"
     simulated = f" simulated {stats.timing['board_us']:.2f} us" if stats.timing else ""
+    if stats.timing and stats.timing.get("calls", 1) > 1:
+        formula = stats.timing.get("formula_us")
+        simulated += (f" (stream of {stats.timing['calls']} calls; single-call formula "
+                      + (f"{formula:.2f} us)" if formula is not None else "n/a: run --calls 1)"))
     return (f"{err} instructions={stats.instructions} seconds={seconds:.1f} "
             f"rate={rate / 1e3:.0f}k_instr/s ctas={stats.ctas}" + (" races=0" if races else "") + simulated)
 
@@ -197,13 +234,31 @@ def run_nvidia(args, emulator) -> tuple:
     example = NvidiaExample(tuple(args.mma_tiler), tuple(args.cluster), m, n, k, seed=args.seed,
                             max_active_clusters=args.clusters)
     emu = make_emulator(args, emulator, example.warp_roles)
-    emu.register(*example.tensors)
-    stats = emulator.combine(emu.call(example.compiled, *example.args))
+    if args.calls > 1:  # the same kernel on other inputs, one call each
+        examples = [example] + [example.with_inputs(args.seed + BOARD_SEED_STEP * i) for i in range(1, args.calls)]
+        for e in examples:
+            emu.register(*e.tensors)
+        stats = run_calls(emu, emulator, [(e.compiled, e.args) for e in examples])
+    else:
+        examples = [example]
+        emu.register(*example.tensors)
+        stats = emulator.combine(emu.call(example.compiled, *example.args))
     if args.timing_only:
         return TIMING_ONLY, stats
-    out = example.output().to(torch.float64)
-    ref = example.reference().to(torch.float64)
-    return _compare([(out, ref, None)]), stats
+    return _compare([(e.output().to(torch.float64), e.reference().to(torch.float64), None) for e in examples]), stats
+
+
+def run_calls(emu, emulator, calls: list):
+    """`compiled(*args)` for each (compiled, args) of `calls`, recorded, then run as one stream: its RunStats
+    (emulator.summarize)."""
+    from emulator import driver
+
+    driver.take_launches()  # drop launches nobody ran
+    recorded = []
+    for compiled, call_args in calls:
+        compiled(*call_args)
+        recorded.append(emu.take(compiled))
+    return emulator.summarize(emu.run_stream(recorded))
 
 
 def run_nvidia_grouped(args, emulator) -> tuple:
@@ -215,9 +270,27 @@ def run_nvidia_grouped(args, emulator) -> tuple:
     case = NvidiaGrouped(problems, mma_tiler_mn=tuple(args.mma_tiler), cluster_mn=tuple(args.cluster),
                          seed=args.seed, max_active_clusters=args.clusters)
     emu = make_emulator(args, emulator, case.warp_roles)
-    case.register(emu)
-    stats = emulator.combine(emu.call(case.compiled, *case.args))
-    return (TIMING_ONLY if args.timing_only else case.compare(ATOL, RTOL)), stats
+    calls = getattr(args, "calls", 1)
+    cases = [case] + [case.with_inputs(case.seed + BOARD_SEED_STEP * i) for i in range(1, calls)]
+    for c in cases:
+        c.register(emu)
+    if calls > 1:
+        stats = run_calls(emu, emulator, [(c.compiled, c.args) for c in cases])
+    else:
+        stats = emulator.combine(emu.call(case.compiled, *case.args))
+    if args.timing_only:
+        return TIMING_ONLY, stats
+    return merge_verdicts([c.compare(ATOL, RTOL) for c in cases]), stats
+
+
+def merge_verdicts(verdicts: list) -> tuple:
+    """One (word, errors, message) for several calls' checks: the first that is not PASS, else PASS with the
+    worst errors."""
+    for verdict in verdicts:
+        if verdict[0] != "PASS":
+            return verdict
+    errors = [v[1] for v in verdicts if v[1] is not None]
+    return "PASS", (max(e[0] for e in errors), max(e[1] for e in errors)) if errors else None, ""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -241,9 +314,27 @@ def run_flashinfer(args, emulator) -> tuple:
 def run_flashinfer_case(case, args, emulator) -> tuple:
     """One FlashInferMasked case through the emulator the command line asks for: (verdict, stats)."""
     emu = make_emulator(args, emulator, case.warp_roles)
-    case.register(emu)
-    stats = emulator.combine(emu.call(case.compiled, *case.args))
-    return (TIMING_ONLY if args.timing_only else case.compare(ATOL, RTOL)), stats
+    calls = getattr(args, "calls", 1)
+    cases = [case] + [case.with_inputs(case.seed + BOARD_SEED_STEP * i) for i in range(1, calls)]
+    for c in cases:
+        c.register(emu)
+    if calls > 1:
+        stats = run_calls(emu, emulator, [(c.compiled, c.args) for c in cases])
+    else:
+        stats = emulator.combine(emu.call(case.compiled, *case.args))
+    if args.timing_only:
+        return TIMING_ONLY, stats
+    return merge_verdicts([c.compare(ATOL, RTOL) for c in cases]), stats
+
+
+def merge_verdicts(verdicts: list) -> tuple:
+    """One (word, errors, message) for several calls' checks: the first that is not PASS, else PASS with the
+    worst errors."""
+    for verdict in verdicts:
+        if verdict[0] != "PASS":
+            return verdict
+    errors = [v[1] for v in verdicts if v[1] is not None]
+    return "PASS", (max(e[0] for e in errors), max(e[1] for e in errors)) if errors else None, ""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -326,8 +417,9 @@ def hopper_config(S, text: str):
     S.SM100_CONFIG = text
 
 
-def board_inputs(spec: str):
-    """The board's inputs for SPEC (generate_input, on the CPU), each c poisoned and inside guard rows."""
+def board_inputs(spec: str, seed_shift: int = 0):
+    """The board's inputs for SPEC (generate_input, on the CPU; `seed_shift` added to its seed), each c poisoned
+    and inside guard rows."""
     import torch
 
     import eval as harness
@@ -335,6 +427,7 @@ def board_inputs(spec: str):
 
     values = harness.parse_spec_line(spec)
     harness.check_spec_values(values, spec)
+    values["seed"] += seed_shift
     data = generate_input(**values)
     guards = []
     abc = []
@@ -423,7 +516,7 @@ def run_benchmarks(args, emulator) -> tuple:
     elif args.arch != "sm_100a":
         raise ValueError("benchmarks --kernel flashinfer: FlashInfer's masked kernel is sm_100a only")
     _, benchmarks, _ = harness.load_task(ROOT / "task.yml")
-    results, times, total = [], {k: [] for k in kernels}, []
+    results, times, formulas, total = [], {k: [] for k in kernels}, {k: [] for k in kernels}, []
     for number, entry in enumerate(benchmarks, start=1):
         if args.only not in (None, number):
             continue
@@ -439,8 +532,15 @@ def run_benchmarks(args, emulator) -> tuple:
             results.append((word, max_error, message))
             total.append(stats)
             times[kernel].append(t["board_us"])
+            formulas[kernel].append(t.get("formula_us", t["board_us"]))
+            stream = ""
+            if t.get("calls", 1) > 1:
+                formula = t.get("formula_us")
+                stream = (f"stream of {t['calls']} calls, gaps " + ", ".join(f"{g:.2f}" for g in t["call_gaps_us"])
+                          + " us; single-call formula " + (f"{formula:.2f} us" if formula is not None else "n/a")
+                          + "; first call: ")
             print(f"benchmark {number} (G={entry['g']}, N={entry['n'][0]}, K={entry['k'][0]}) {label}: {word} "
-                  f"simulated {t['board_us']:.2f} us (kernel {t['kernel_us']:.2f} us, prologue "
+                  f"simulated {t['board_us']:.2f} us ({stream}kernel {t['kernel_us']:.2f} us, prologue "
                   f"{t['prologue_us']:.2f} us, HBM read {t['hbm_read_mb']:.1f} MB, L2 hits "
                   f"{t['l2_hits']}/{t['l2_hits'] + t['l2_misses']}, tensor pipe busy {100 * t['tensor_busy']:.0f}%) "
                   f"seconds={time.perf_counter() - start:.1f}" + (f"\n  {message}" if message else ""), flush=True)
@@ -448,14 +548,24 @@ def run_benchmarks(args, emulator) -> tuple:
             ours, theirs = times["submission"][-1], times["flashinfer"][-1]
             print(f"benchmark {number}: ours {ours:.2f} us, flashinfer {theirs:.2f} us, ours / flashinfer "
                   f"{ours / theirs:.2f}", flush=True)
-    geomean = {k: math.exp(sum(math.log(x) for x in v) / len(v)) for k, v in times.items()}
+    def mean(values):
+        return math.exp(sum(math.log(x) for x in values) / len(values)) if all(values) else None
+
+    geomean = {k: mean(v) for k, v in times.items()}
+    formula = {k: mean(v) for k, v in formulas.items()}
     names = {"submission": "ours", "flashinfer": "flashinfer"}
+    streamed = args.calls > 1
+    formulas_known = [k for k in kernels if formula[k]]
     print("geomean " + ", ".join(f"{names[k]} {g:.2f} us" for k, g in geomean.items())
-          + f" ({args.machine.upper()} description, {len(times[kernels[0]])} benchmark(s))", flush=True)
+          + f" ({args.machine.upper()} description, {len(times[kernels[0]])} benchmark(s)"
+          + (f", streams of {args.calls} calls" if streamed else "")
+          + ("; single-call formula " + ", ".join(f"{names[k]} {formula[k]:.2f} us" for k in formulas_known)
+             if streamed and formulas_known else "") + ")", flush=True)
     worst = max(results, key=lambda r: EXIT[r[0]])
     errors = [r[1] for r in results if r[1] is not None]  # (error/tol, max_abs_error) per benchmark
     combined = emulator.combine(total)
     combined.timing["board_us"] = geomean[kernels[0]]
+    combined.timing["formula_us"] = formula[kernels[0]]
     return (worst[0], max(errors) if errors else None, ""), combined
 
 
@@ -469,7 +579,7 @@ def flashinfer_benchmark(entry: dict, args, emulator) -> tuple:
     # one element past masked_m is registered: flashinfer 0.6.7.post3 reads masked_m[G] (the field bug the
     # tests catch), and this route times the kernel rather than judging it
     case = FlashInferMasked(list(entry["m"]), entry["n"][0], entry["k"][0], max_active_clusters=148,
-                            seed=entry.get("seed", 0), masked_m_slack=1)
+                            seed=entry.get("seed", 0) + (BOARD_SEED_STEP if args.calls > 1 else 0), masked_m_slack=1)
     return run_flashinfer_case(case, args, emulator)
 
 
@@ -506,20 +616,51 @@ def emulated_call(S, data, extra_tensors, emu):
     return outputs, emulator.combine(emu.run_pending(compiled_kernel(S, len(data[3]))))
 
 
+def emulated_calls(S, inputs: list, emu):
+    """`S.custom_kernel(data)` for each (data, extra tensors) of `inputs`, recorded, then run as one CUDA
+    stream (the board's back-to-back calls; emulator.Emulator.run_stream). Returns each call's outputs and
+    the stream's figures (emulator.summarize)."""
+    import emulator
+    from emulator import driver
+
+    driver.take_launches()
+    outputs, recorded = [], []
+    for data, extra_tensors in inputs:
+        emu.register(*extra_tensors)
+        for group in (*data[0], *data[1], *data[2]):
+            emu.register(*group)
+        outputs.append(S.custom_kernel(data))
+        for plan in S._plans.values():
+            emu.register(*plan.launch.buffers)
+        recorded.append(emu.take(compiled_kernel(S, len(data[3]))))
+    return outputs, emulator.summarize(emu.run_stream(recorded))
+
+
 def run_submission_case(S, spec: str, args, emulator) -> tuple:
+    """SPEC through the host path, checked against the reference: one call on the spec's inputs, or with
+    `--calls N` (N > 1) N calls as one stream on the board's N inputs (seed + 42, + 84, ...)."""
     import torch
 
     from reference import ref_kernel
 
-    data, guards = board_inputs(spec)
+    calls = getattr(args, "calls", 1)
     emu = make_emulator(args, emulator, submission_roles(S))
-    outputs, stats = emulated_call(S, data, guards, emu)
+    if calls > 1:
+        inputs = [board_inputs(spec, BOARD_SEED_STEP * (i + 1)) for i in range(calls)]
+        outputs, stats = emulated_calls(S, inputs, emu)
+    else:
+        inputs = [board_inputs(spec)]
+        outputs, stats = emulated_call(S, *inputs[0], emu)
+        outputs = [outputs]
     if getattr(args, "timing_only", False):
         return TIMING_ONLY, stats
-    # the kernel's results, copied before the reference runs: ref_kernel writes into the same c tensors
-    results = [out.to(torch.float64) for out in outputs]
-    reference = [ref.to(torch.float64) for ref in ref_kernel(data)]
-    return _compare(list(zip(results, reference, guards))), stats
+    verdicts = []
+    for (data, guards), call_outputs in zip(inputs, outputs):
+        # the kernel's results, copied before the reference runs: ref_kernel writes into the same c tensors
+        results = [out.to(torch.float64) for out in call_outputs]
+        reference = [ref.to(torch.float64) for ref in ref_kernel(data)]
+        verdicts.append(_compare(list(zip(results, reference, guards))))
+    return merge_verdicts(verdicts), stats
 
 
 def _compare(pairs):

@@ -3,7 +3,7 @@ whether the case was used to fit a constant or held out; then the held-out RMS e
 whether every ranking of two configurations of one shape came out right.
 
     python tools/validate_timing.py MEASURED [--arch sm_90a|sm_100a] [--fit-cases 1,3,...] [--jobs N]
-        [--timing-only] [--save FILE.json] [--markdown]
+        [--timing-only] [--calls N] [--save FILE.json] [--markdown]
     python tools/validate_timing.py --simulated FILE.json [--fit-cases ...] [--markdown]   # report saved rows
     python tools/validate_timing.py --flashinfer-anchors [--points 1,2,..] [--jobs N] [--save FILE.json]
 
@@ -14,7 +14,8 @@ MEASURED: the JSON that tools/h200_timing_cases.py writes on an H200 (a list of 
 (CASES: "task" or "spec": which list its row numbers index), repeatable.
 
 Each case is simulated by its own `tools/emulate.py submission --time` process (`--jobs` at once: the
-emulator is single-threaded); `--timing-only` skips the data the control flow does not read (the same
+emulator is single-threaded), as one call (the single-call formula's figure) or, with `--calls N`, as N
+calls in one stream (the steady-state time per call; emulate.py); `--timing-only` skips the data the control flow does not read (the same
 times: tests/test_emulator_clock.py). `--save` keeps the measured and simulated figures, so that a report
 with other fit cases needs no second simulation (`--simulated`).
 
@@ -118,6 +119,7 @@ def emulate_timed(arguments: list, options) -> dict:
     under --timing-only, is an error row: its last line is kept)."""
     command = [sys.executable, str(EMULATE), *arguments, "--time"]
     command += ["--timing-only"] if options.timing_only else []
+    command += ["--calls", str(options.calls)] if getattr(options, "calls", 1) > 1 else []
     for setting in options.set:
         command += ["--set", setting]
     try:
@@ -283,6 +285,9 @@ def main(argv=None) -> int:
     parser.add_argument("--fit-cases", default="", metavar="ROWS", help="rows (from 1) the launch gap is fitted on")
     parser.add_argument("--jobs", type=int, default=1, metavar="N", help="cases simulated at once")
     parser.add_argument("--timing-only", action="store_true", help="emulate.py's fast path (the same times)")
+    parser.add_argument("--calls", type=int, default=1, metavar="N",
+                        help="simulate each case as N calls in one stream (emulate.py --calls): its steady-state "
+                             "time per call instead of the single-call formula's (default 1: the formula)")
     parser.add_argument("--save", type=Path, metavar="FILE.json",
                         help="write the rows with their simulated figures (after each case)")
     parser.add_argument("--case-timeout", type=float, default=None, metavar="S",

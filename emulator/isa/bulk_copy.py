@@ -22,9 +22,12 @@ where the bytes go and which mbarriers are signalled:
 - **1-D load** (`cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [dst], [src], size,
   [mbar]`): `size` contiguous bytes (a multiple of 16; both addresses 16-byte aligned) from global memory
   to `[dst]`, complete-tx of `size` on `[mbar]`, which must be in the destination CTA.
+- **prefetch to L2** (`cp.async.bulk.prefetch.tensor.Nd.L2.global{.tile} [tensorMap, {coords}]`,
+  `cp.async.bulk.prefetch.L2.global [src], size`): nothing observable; the map and box (or the address and
+  size) are checked as a load's; the timed mode brings the bytes into L2 (clock.Clock.prefetch).
 Not modelled: im2col and gather/scatter modes, `.reduce` (cp.reduce.async.bulk.tensor), the other 1-D
-bulk copy forms (multicast, shared to global, shared::cta to shared::cluster, prefetch): each is an error
-naming the form.
+bulk copy forms (multicast, shared to global, shared::cta to shared::cluster): each is an error naming the
+form.
 """
 
 from __future__ import annotations
@@ -141,7 +144,7 @@ def _load(instr, program):
             agent = None if trace is None else trace.issue(
                 w, ("TMA load", w, tuple(id(b) for _, b in deliveries)), f"TMA load unit for {w.label}")
             issue(w.cta.grid, AsyncOp(deliver, [b for _, b in deliveries], where, agent, unit="tma.load",
-                                      nbytes=nbytes, cta=w.cta, key=(int(t[lane]), box)))
+                                      nbytes=nbytes, cta=w.cta, key=tma.box_key(tmap, box)))
 
     return handler
 
@@ -262,7 +265,60 @@ def _bulk_load(instr, program):
     return handler
 
 
-@instruction("cp.async.bulk", "cp.reduce.async.bulk", "cp.async.bulk.prefetch")
+@instruction("cp.async.bulk.prefetch.tensor")
+def _prefetch_tensor(instr, program):
+    """cp.async.bulk.prefetch.tensor.{1-5}d.L2.global{.tile}{.L2::cache_hint} [tensorMap, {coords}]{, policy}
+    (9.7.9.25.5.3): the box a tiled load at `coords` would read, brought into L2. No shared memory, no
+    mbarrier, nothing a thread can observe: the map and the box are checked as a load's are (a copy the
+    hardware faults on is an error at issue); the timed mode brings the box's bytes into L2
+    (clock.Clock.prefetch), so that a later load of it hits."""
+    if "tile" not in instr.modifiers and any(m.startswith("im2col") for m in instr.modifiers):
+        raise EmulatorError("unimplemented", f"{instr.opcode} (only .tile mode)")
+    if "L2" not in instr.modifiers or "global" not in instr.modifiers:
+        raise EmulatorError("unimplemented", instr.opcode)
+    operand = instr.operands[0]
+    tmap_addr = address_reader(program, operand)
+    coords = _coords(program, operand.items[2])
+
+    def handler(w, lane_mask):
+        t = tmap_addr(w)
+        for lane in np.flatnonzero(lane_mask):
+            tmap = _tensor_map(w, int(t[lane]))
+            box = coords(w, lane)
+            _check(tmap, box, 0, store=False)
+            if w.cta.grid.clock is not None:
+                w.cta.grid.clock.prefetch(w, tma.box_key(tmap, box), tma.box_bytes(tmap))
+
+    return handler
+
+
+@instruction("cp.async.bulk.prefetch.L2.global")
+def _prefetch_bulk(instr, program):
+    """cp.async.bulk.prefetch.L2.global{.L2::cache_hint} [srcMem], size{, policy} (9.7.9.25.4.3): `size`
+    bytes (a multiple of 16) at a 16-byte aligned global address brought into L2; checked as a 1-D bulk
+    load's source (inside a registered region); timed: as prefetch.tensor, keyed as the 1-D load of the same
+    bytes."""
+    src = address_reader(program, instr.operands[0])
+    size = program.reader(instr.operands[1], "u32")
+
+    def handler(w, lane_mask):
+        g, n = src(w), size(w)
+        for lane in np.flatnonzero(lane_mask):
+            nbytes, source = int(n[lane]), int(g[lane])
+            if nbytes % 16 or source % 16:
+                raise EmulatorError("misaligned", f"cp.async.bulk.prefetch of {nbytes} B at 0x{source:x}: size and "
+                                    "address must be multiples of 16")
+            memory, offset = resolve(w, "global", source, 16, "cp.async.bulk.prefetch")
+            if memory.region(offset, nbytes) is None:
+                raise EmulatorError("global-bounds", f"cp.async.bulk.prefetch of {nbytes} B at 0x{source:x}: not "
+                                    "inside one registered region")
+            if w.cta.grid.clock is not None:
+                w.cta.grid.clock.prefetch(w, (source, nbytes), nbytes)
+
+    return handler
+
+
+@instruction("cp.async.bulk", "cp.reduce.async.bulk")
 def _bulk_other(instr, program):
     def handler(w, mask):
         raise EmulatorError("unimplemented", f"{instr.opcode} is not modelled (bulk_copy.py)")

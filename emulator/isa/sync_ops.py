@@ -10,8 +10,10 @@ Memory ordering (`.release`/`.acquire`/`.relaxed` scopes and every fence) has no
 emulator's memory is sequentially consistent. With race detection on, these handlers report the
 synchronization they perform to `grid.trace` (happens_before.py), which checks that every conflicting pair
 of accesses is ordered. Not modelled: the suspend-time hint of try_wait.
-`griddepcontrol.wait` returns at once: the emulator runs one grid at a time, so the prerequisite grid has
-always completed.
+`griddepcontrol` has no effect here: in eager and adversarial modes a stream's grids run one after the
+other, so the prerequisite grid has always completed; in the timed mode the clock (clock.py, a layer over
+this core) holds a warp before `griddepcontrol.wait` until the launches before its own have completed, and
+takes a CTA's first `griddepcontrol.launch_dependents` as its trigger for the next launch.
 """
 
 from __future__ import annotations
@@ -369,7 +371,8 @@ def _activemask(instr, program):
 
 @instruction("griddepcontrol", "setmaxnreg", "pmevent")
 def _no_effect(instr, program):
-    """Hints and launch control with no effect in a single-grid emulator (module docstring)."""
+    """Hints, and launch control with no effect on what a grid computes (the timed mode's clock times
+    griddepcontrol: module docstring)."""
     return lambda w, mask: None
 
 

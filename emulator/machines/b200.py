@@ -10,6 +10,7 @@ B200 = Machine("B200", "sm_100a", {
                    "1.845 single-CTA [MODAL-UTC] and 1.965 max [SA-repo] (1)"),
     "smem_per_sm": C(233472, "bytes", "S", "228 KiB/SM [SA-repo] (1)"),
     "max_threads_per_sm": C(2048, "threads", "S", "CUDA occupancy limits, sm_100"),
+    "registers_per_sm": C(65536, "registers", "S", "64 K 32-bit registers per SM, CUDA C++ Programming Guide, Technical Specifications per Compute Capability (10.0); allocated per warp in units of 256 (emulator/limits.py)"),
     "l2_bytes": C(132644864, "bytes", "S", "126.5 MiB [SA-repo] L2_SIZE (1)"),
     # per-warp issue costs: the time from one instruction's issue to the next one's in the same warp
     "cost_alu": C(2, "cycles", "E", "a warp instruction on a 16-lane INT/FP32 pipe: 2 cycles; independent ones "

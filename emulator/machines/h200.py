@@ -8,6 +8,7 @@ H200 = Machine("H200", "sm_90a", {
     "clock_ghz": C(1.72, "GHz", "H", "1720-1725 MHz effective under sustained wgmma (burn2.txt)"),
     "smem_per_sm": C(233472, "bytes", "H", "cudaDeviceProp"),
     "max_threads_per_sm": C(2048, "threads", "S", "CUDA occupancy limits, sm_90"),
+    "registers_per_sm": C(65536, "registers", "S", "64 K 32-bit registers per SM, CUDA C++ Programming Guide, Technical Specifications per Compute Capability (9.0); allocated per warp in units of 256 (emulator/limits.py)"),
     "l2_bytes": C(62914560, "bytes", "H", "60 MiB, cudaDeviceProp"),
     "cost_alu": C(2, "cycles", "E", "as for the B200"),
     "cost_move": C(1, "cycles", "E", "as for the B200"),
