@@ -91,36 +91,36 @@ descriptors (prefetch.tensormap): neither depends on the previous grid (the sche
 written when the plan is built). Around the accumulator hand-offs, tcgen05.fence::
 after_thread_sync follows each wait and ::before_thread_sync precedes the epilogue's release.
 
-Epilogue: direct stores, no TMA store. C is [M, N] with N contiguous and the accumulator holds
-C^T, so a lane owns one weight column n and 32 consecutive token rows. Neighbouring lanes (n, n^1)
-swap halves with one shuffle (row_pair_word, shared with the Hopper epilogue, which the H200 runs),
-so each lane stores 4 bytes and each warp store writes two 64-byte runs; every store is
-predicated on its token row being below M (store_words_if, shared with Hopper), and the pair's
-second CTA stores nothing when its rows are past N. No smem staging keeps an eighth operand stage;
-gau-nernst's fastest entry stores straight from registers too.
-epilogue="tma" (built, not shipped) is NVIDIA's epilogue for a C whose contiguous mode is the MMA's
-M (ours: C^T, weights contiguous; the example's "M-major" C): the TMEM-load atom get_tmem_load_op
-picks (tcgen05.ld 16x256b), every chunk of the tile loaded before one tcgen05.wait::ld and the
-accumulator's release, fp16 pairs written by get_smem_store_op's stmatrix.trans into a C staging
-stage, fence.proxy.async, a warp barrier, and a TMA store of the warp's own box (32 weight rows x
-32 tokens: the 4 warps' boxes are disjoint 2 KB, so no named barrier joins them), through one more
-descriptor per group (selected as the others) that clips at M and N; wait_group.read before a
-stage is rewritten and, after TMEM is freed, before the CTA exits. Per 32 tokens a warp issues
-about 55 PTX instructions instead of about 135. Timed emulator, B200 description, shipped -> tma:
-25.64 -> 26.55 / 13.59 -> 13.78 / 6.57 -> 6.35 / 4.76 -> 4.40 us (geomean 10.22 -> 10.06): the
-tail of benchmarks 3 and 4 shrinks (1.26 -> 0.93 us), benchmarks 1 and 2 lose the eighth operand
-stage (the ptx epilogue with 7 stages: BENCHMARKS.md). "tma_last" (not shipped either) keeps it: a
-worker's tiles but its last store as "ptx" (their epilogue overlaps the next mainloop), the last,
-which is the tail, goes the "tma" way through 4 C stages in the weights' smem, free by then (every
-load of the worker landed, every MMA completed: its accumulator's full barrier; the emulator's
-race detection finds the same staging on earlier tiles): 25.27 / 13.24 / 6.35 / 4.32 us,
-geomean 9.79 (-4.2%), every benchmark faster, tail 0.85-0.90 us. The emulator charges each TMA
-store an estimated 500 cycles to its .read completion as to its write (at 1000: 4.59 / 6.62 on
-benchmarks 4 / 3, at 250: 4.23 / 6.26), and bar.warp.sync as a named barrier; no hardware has
-run either.
+Epilogue ("tma_last": direct stores, the worker's last tile through a TMA store). C is [M, N]
+with N contiguous and the accumulator holds C^T, so a lane owns one weight column n and 32
+consecutive token rows. Every tile but a worker's last is stored from registers: neighbouring
+lanes (n, n^1) swap halves with one shuffle (row_pair_word, shared with the Hopper epilogue, which
+the H200 runs), so each lane stores 4 bytes and each warp store writes two 64-byte runs; every
+store is predicated on its token row being below M (store_words_if, shared with Hopper), and the
+pair's second CTA stores nothing when its rows are past N. Those epilogues overlap the next
+tile's mainloop. The worker's last tile is the call's tail, and it goes NVIDIA's way for a C whose
+contiguous mode is the MMA's M (ours: C^T, the example's "M-major" C): the TMEM-load atom
+get_tmem_load_op picks (tcgen05.ld 16x256b), every chunk loaded before one tcgen05.wait::ld and
+the accumulator's release, fp16 pairs written by get_smem_store_op's stmatrix.trans into a C
+staging stage, fence.proxy.async, a warp barrier, and a TMA store of the warp's own box (32 weight
+rows x 32 tokens: the 4 warps' boxes are disjoint 2 KB, no named barrier joins them) through one
+more descriptor per group that clips at M and N; wait_group.read before a stage is rewritten and,
+after TMEM is freed, before the CTA exits. Its 4 C stages sit in the weights' first 32 KB, idle by
+then (every load of the worker landed and every MMA completed: its accumulator's full barrier; the
+race detector flags the same staging on earlier tiles), so no operand stage is given up. Per 32
+tokens a warp issues about 55 PTX instructions instead of about 135. epilogue="tma" stores every
+tile so and gives up the eighth operand stage (7 + 3 C stages); "ptx" (shipped until this change)
+stores every tile from registers; "atoms" is "ptx" with the library's TMEM-load atom. Timed
+emulator, B200 description, streams of 4 calls (2026-11-25, BENCHMARKS.md, "The ladder"): see the
+ladder for ptx against tma_last side by side. The emulator charges each TMA store an estimated 500
+cycles to its .read completion as to its write (at 1000 cycles benchmark 3 would be 0.8% slower
+than ptx); no hardware has run a TMA store of this kernel. 236 registers a thread (ptxas, DSL 4.3.5
+and 4.5.2, no spill).
 
 Per-problem configuration: the token width per tile (the smaller of 64 / 128 that covers its
-tokens), 8 stages (all that fit), every tile its own job, no split-K (not built). The analytic model
+tokens), 8 stages (all that fit), every tile its own job, no split-K (jobs="stream" cuts tiles
+only where that lowers the modeled makespan by 25%: none of the benchmarks; the timed emulator
+found cutting benchmark 3 20% slower and benchmark 1 even, BENCHMARKS.md, "Stream-K"). The analytic model
 of tools/b200_model.py evaluates exactly the records sm100_schedule builds for a configuration,
 with the constants of B200Model (public B200 figures plus five constants fitted to published B200
 times); leaving one published design out of the fit misses its times by 18% RMS (worst 36%).
@@ -173,7 +173,7 @@ Departures from NVIDIA's dense_blockscaled_gemm_persistent.py (cutlass v4.3.5), 
   pdl             on       off     no PDL                           griddepcontrol across calls
   l2_hints        on       off     no createpolicy (its loads       createpolicy, the loads'
                                    carry a zero cache hint)         cache-hint operands
-  epilogue        ptx      atoms   TMEM-load copy atoms, C staged   inline tcgen05.ld and its wait;
+  epilogue        tma_last atoms   TMEM-load copy atoms, C staged   inline tcgen05.ld and its wait;
                                    in smem, TMA store ("tma": the   "tma" also the direct stores
                                    example's, per warp; "tma_last"  (st.global predicated on M)
                                    for a worker's last tile)
@@ -185,6 +185,12 @@ Departures from NVIDIA's dense_blockscaled_gemm_persistent.py (cutlass v4.3.5), 
                                                                     wait
   jobs            tiles    hybrid  a linear static tile scheduler   none on B200 alone: the same
                                                                     table walk runs on Hopper
+                                                                    ("stream": the parts' partials
+                                                                    through a workspace and an
+                                                                    acq_rel count, both kernels)
+  l2_prefetch     off      off     no prefetch                      cp.async.bulk.prefetch.L2 of
+                                                                    the first record before the
+                                                                    dependency wait
 Departures no switch removes (SM100_SAFE keeps them): one launch for all groups with one TMA
 atom per group and operand; a tile's trip count and token range from the host's table; token
 boxes partly past M, zero-filled by the TMA. The direct stores (st.global predicated on M) are
@@ -197,15 +203,16 @@ scaled GEMM; tests/test_emulator_submission.py in CI on every commit, `python to
 10 tests and on M = 1, 7, 40, 129, 255, N = 128 and 384 (a pair's second CTA wholly out of bounds),
 K = 256, 512, 768 and G = 1, 2, 5, 8, with 2 or 3 workers (stage and accumulator pipelines wrap);
 every job policy; each switch flipped from shipped (epilogue="tma" and "tma_last" also on all of
-the above shapes, paired and single CTAs; with jobs="stream" on whole tiles only, cut parts need the
-emulator's atom); the B200's worker count (74 pairs, 148 CTAs) on
+the above shapes, paired and single CTAs; jobs="stream" on tiles cut in 2 to 4 parts, with race
+detection and two planted defects of its ordering); the B200's worker count (74 pairs, 148 CTAs) on
 small shapes. That runs the real host path (plan, schedule tables, LaunchArgs, CompiledLaunch and the
 DSL's own descriptor encoding) and, in the kernel, tcgen05.mma / cp / ld, TMEM allocation, the 2-CTA
 pairing and cluster launch, the multicasts, the pipelines and the epilogue's clipped stores.
 
-Only hardware can show: timing (every B200 figure here is modelled); the effect of the L2 hints;
-PDL's overlap with the previous call (the emulator runs one grid at a time); the SASS ptxas makes of
-this PTX; the memory-ordering role of the fences; and anything else emulator/DESIGN.md lists as not
+Only hardware can show: timing (every B200 figure here is modelled or simulated); the effect of the
+L2 hints; PDL's overlap with the previous call as the hardware does it (the timed emulator runs
+streams of calls, DESIGN.md); what the SASS ptxas makes of this PTX costs (the emulator charges PTX
+instructions: the library's MMA k-tile is ~100 PTX and ~55 SASS instructions); the memory-ordering role of the fences; and anything else emulator/DESIGN.md lists as not
 modelled. Executed on the H200 through the Hopper path: the host path and LaunchArgs, descriptors as
 kernel parameters selected by group, build_tile_schedule with jobs="tiles", the epilogue's row
 pairing and clipped stores, and PDL between two kernels (Sm100Config.pdl switches it there too).
@@ -1136,7 +1143,8 @@ CTA_WEIGHT_ROWS = 128  # MMA M per CTA: one TMEM lane per weight row
 TOKEN_CHUNK = 128  # token tiles start at multiples of 128: one block of the blocked scale layout
 K_TILE = 256  # per smem stage: 4 MMAs of K = 64
 ACC_STAGE_COLUMNS = 128  # TMEM columns per accumulator (the largest token variant)
-TMEM_COLUMNS_PER_SM = 512
+ACC_STAGES = 2  # TMEM accumulators: the epilogue of tile i overlaps the mainloop of tile i + 1
+TMEM_COLUMNS = 512  # 2 x 128 accumulator + 16 SFA + 16 SFB columns, rounded to a power of two
 EPILOGUE_COLUMNS = 32  # tokens per TMEM load (32x32b.x32) in the epilogue
 C_DTYPE = cutlass.Float16
 # epilogue="tma": a warp's TMA store box, its 32 weight rows (TMEM lanes) x EPILOGUE_COLUMNS tokens,
@@ -1148,9 +1156,7 @@ C_MIN_STAGES = 2  # as NVIDIA's _compute_stages starts; what the operand stages 
 # 32 tokens of the widest tile (no stage is reused, so no store is waited for before the exit)
 C_LAST_STAGES = ACC_STAGE_COLUMNS // EPILOGUE_COLUMNS
 PARTIAL_CTA_BYTES = CTA_WEIGHT_ROWS * ACC_STAGE_COLUMNS * 4  # one CTA's fp32 partial of a cut tile (jobs="stream")
-SMEM_PER_SM = 233472  # 228 KiB of shared memory per SM, shared by the CTAs resident on it
-SMEM_SYSTEM_BYTES = 1024  # the driver's reserve per CTA: a lone CTA gets 227 KiB
-SMEM_BYTES = SMEM_PER_SM - SMEM_SYSTEM_BYTES  # 227 KiB: sm_100's dynamic shared memory per block
+SMEM_BYTES = 232448  # 227 KiB: sm_100's dynamic shared memory per block
 # Besides the stages: the mbarriers and the TMEM address, padded to the stages' 1024-byte alignment,
 # and the 1024 bytes the allocator keeps to align the block's base (measured: the launch asks for
 # stages + 2 KiB)
@@ -1203,7 +1209,7 @@ class Sm100Config:
     # of its 32 weight rows x 32 tokens, clipped at the group's bounds (no predicates).
     # "tma_last": "ptx" for every tile but each worker's last, which goes the "tma" way through C
     # staging in the then idle operand stages: no stage is given up, the tail is the TMA store's.
-    epilogue: str = "ptx"
+    epilogue: str = "tma_last"
     # "selp": a copy takes its group's descriptor by address, picked by selects over the kernel
     # parameters (tma_desc_ptr); "branch": one copy per group behind `if group == g`, each with
     # its own atom's descriptor, as the example uses its atoms.
@@ -1214,11 +1220,6 @@ class Sm100Config:
     prefetch: bool = True
     # The schedule's jobs (JOB_POLICIES); host-side, the same walk as the Hopper path.
     jobs: str = "tiles"
-    # Two CTAs per SM: half the shared memory (4 stages) and 256 TMEM columns (one accumulator) per
-    # CTA, so that with PDL the next call's CTA starts on this one's SM while it finishes (its
-    # prologue, descriptor and L2 prefetches overlap this call's mainloop and epilogue); the grid
-    # stays one worker per SM pair. A worker's tiles no longer overlap their epilogues.
-    co_resident: bool = False
     # Before the wait for the previous grid, the TMA warp prefetches its first record's weights,
     # weight scales, tokens and token scales into L2 (cp.async.bulk.prefetch.L2): L2 is the GPU's
     # point of coherence, so the loads after the wait still read whatever the previous grid wrote.
@@ -1233,9 +1234,6 @@ class Sm100Config:
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         object.__setattr__(self, "token_variants", tuple(self.token_variants))
-        if self.co_resident and self.epilogue == "tma_last":
-            # Two CTAs of 192 threads share the SM's 64K registers: 170 a thread at most (tma_last: ~236)
-            raise ValueError("co_resident needs an epilogue within 170 registers a thread: ptx, atoms or tma")
         # Without a pair there is nothing to multicast to: cta_group 1 turns multicast off.
         object.__setattr__(self, "multicast", bool(self.multicast) and self.cta_group == 2)
 
@@ -1253,17 +1251,12 @@ class Sm100Config:
         return (CTA_WEIGHT_ROWS + tokens) * K_TILE // 2 + 2 * scale_block
 
     @property
-    def smem_bytes(self) -> int:
-        """One CTA's shared memory: all a lone CTA may have, or its half of the SM (co_resident)."""
-        return SMEM_PER_SM // (2 if self.co_resident else 1) - SMEM_SYSTEM_BYTES
-
-    @property
     def stages(self) -> int:
         """As many operand stages as shared memory holds: all of it but the barriers when the
         epilogue stores from registers; with epilogue="tma", less C_MIN_STAGES C staging stages (as
         NVIDIA's _compute_stages)."""
         staging = C_MIN_STAGES * C_STAGE_BYTES if self.epilogue == "tma" else 0
-        return (self.smem_bytes - SMEM_RESERVED_BYTES - staging) // self.stage_bytes
+        return (SMEM_BYTES - SMEM_RESERVED_BYTES - staging) // self.stage_bytes
 
     @property
     def c_stages(self) -> int:
@@ -1274,18 +1267,7 @@ class Sm100Config:
             return C_LAST_STAGES
         if self.epilogue != "tma":
             return 0
-        return (self.smem_bytes - SMEM_RESERVED_BYTES - self.stages * self.stage_bytes) // C_STAGE_BYTES
-
-    @property
-    def acc_stages(self) -> int:
-        """TMEM accumulators: two, so the epilogue of tile i overlaps the mainloop of tile i + 1; one
-        when two CTAs share the SM's 512 columns (co_resident)."""
-        return 1 if self.co_resident else 2
-
-    @property
-    def tmem_columns(self) -> int:
-        """TMEM columns a CTA allocates: its accumulators and the scale columns, rounded to a power of two."""
-        return TMEM_COLUMNS_PER_SM // (2 if self.co_resident else 1)
+        return (SMEM_BYTES - SMEM_RESERVED_BYTES - self.stages * self.stage_bytes) // C_STAGE_BYTES
 
     @classmethod
     def parse(cls, text: str) -> "Sm100Config":
@@ -1541,7 +1523,7 @@ class Sm100GroupedGemm:
         # stages (NVIDIA's _compute_stages: C_MIN_STAGES reserved, the operand stages that fit,
         # then what they leave added to C); otherwise no C staging, all of it to the operand ring
         # ("tma_last" stages C in the weights' stages once they are idle).
-        capacity = self.config.smem_bytes
+        capacity = SMEM_BYTES
         operand_bytes = a_bytes + b_bytes + sfa_bytes + sfb_bytes
         if cutlass.const_expr(self.c_staging):
             # C^T's contiguous mode is the MMA's M (weights): NVIDIA's "M-major" C (COL_MAJOR).
@@ -1652,8 +1634,8 @@ class Sm100GroupedGemm:
         class SharedStorage:
             ab_full: cute.struct.MemRange[cutlass.Int64, self.num_stages]
             ab_empty: cute.struct.MemRange[cutlass.Int64, self.num_stages]
-            acc_full: cute.struct.MemRange[cutlass.Int64, self.config.acc_stages]
-            acc_empty: cute.struct.MemRange[cutlass.Int64, self.config.acc_stages]
+            acc_full: cute.struct.MemRange[cutlass.Int64, ACC_STAGES]
+            acc_empty: cute.struct.MemRange[cutlass.Int64, ACC_STAGES]
             tmem_dealloc: cutlass.Int64
             tmem_address: cutlass.Int32
             sA: cute.struct.Align[cute.struct.MemRange[AB_DTYPE, cute.cosize(self.a_smem_layout.outer)], 1024]
@@ -1747,7 +1729,7 @@ class Sm100GroupedGemm:
         # Each CTA's 4 epilogue warps release the accumulator to the leader's MMA warp.
         acc_pipeline = pipeline.PipelineUmmaAsync.create(
             barrier_storage=storage.acc_full.data_ptr(),
-            num_stages=self.config.acc_stages,
+            num_stages=ACC_STAGES,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
             consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.cta_group * len(EPILOGUE_WARPS)),
             cta_layout_vmnk=self.cluster_layout_vmnk,
@@ -1791,7 +1773,7 @@ class Sm100GroupedGemm:
             tmem.wait_for_alloc()
             self.mma(ab_pipeline, acc_pipeline, tmem.retrieve_ptr(ACC_DTYPE), smem, walk, is_leader_cta)
         if warp_idx < MMA_WARP:
-            tmem.allocate(self.config.tmem_columns)
+            tmem.allocate(TMEM_COLUMNS)
             tmem.wait_for_alloc()
             acc_tmem_ptr = tmem.retrieve_ptr(ACC_DTYPE)
             c_pipeline = self.epilogue(acc_pipeline, acc_tmem_ptr, args, walk, warp_idx, cta_in_worker, smem.c, c_store)
@@ -1977,7 +1959,7 @@ class Sm100GroupedGemm:
         Waits on: the stage's full barrier, the accumulator's empty barrier (the epilogues of the
         worker's CTAs). Signals: the stage's empty barrier and the accumulator's full barrier in
         every CTA of the worker (tcgen05.commit)."""
-        acc_columns = self.config.acc_stages * ACC_STAGE_COLUMNS
+        acc_columns = ACC_STAGES * ACC_STAGE_COLUMNS
         sfa_tmem_ptr = cute.recast_ptr(acc_tmem_ptr + acc_columns, dtype=SF_DTYPE)
         sfa_tmem_cols = (CTA_WEIGHT_ROWS // 32) * self.k_blocks
         sfb_tmem_ptr = cute.recast_ptr(acc_tmem_ptr + acc_columns + sfa_tmem_cols, dtype=SF_DTYPE)
@@ -2005,7 +1987,7 @@ class Sm100GroupedGemm:
 
         tiles, begin, end = walk
         ab_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
-        acc_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.config.acc_stages)
+        acc_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, ACC_STAGES)
         for t in range(begin, end):
             variant_index, k_tiles = tiles[t, 3], (tiles[t, 6] - tiles[t, 8]) // K_TILE
             if is_leader_cta:
@@ -2027,7 +2009,7 @@ class Sm100GroupedGemm:
         column = acc.stride[0][1]
         return cute.make_tensor(
             acc_tmem_ptr,
-            cute.make_layout(cute.append(acc.shape, self.config.acc_stages),
+            cute.make_layout(cute.append(acc.shape, ACC_STAGES),
                              stride=cute.append(acc.stride, ACC_STAGE_COLUMNS * column)),
         )
 
@@ -2082,7 +2064,7 @@ class Sm100GroupedGemm:
         if cutlass.const_expr(self.tma_epilogue):
             load_columns = box.load
         tiles, begin, end = walk
-        acc_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.config.acc_stages)
+        acc_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, ACC_STAGES)
         c_stage = cutlass.Int32(0)  # epilogue="tma": the C staging stage of this warp's next TMA store
         for t in range(begin, end):
             g, n0, t0, m_end, n = tiles[t, 0], tiles[t, 1], tiles[t, 2], tiles[t, 4], tiles[t, 5]

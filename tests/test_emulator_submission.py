@@ -41,7 +41,7 @@ EDGE_SPECS = [
     "k: [512, 512, 512, 512, 512, 512, 512, 512]; g: 8; seed: 10",
 ]
 SWITCHES = ["cta_group=1", "token_variants=128", "multicast=off", "pdl=off", "l2_hints=off", "epilogue=atoms",
-            "epilogue=tma", "epilogue=tma_last", "descriptors=branch", "prefetch=off", "co_resident=on", "l2_prefetch=on"]
+            "epilogue=tma", "epilogue=ptx", "descriptors=branch", "prefetch=off", "l2_prefetch=on"]
 JOB_POLICIES = ["tiles", "weight_blocks", "hybrid", "stream"]
 # Shapes that jobs=stream cuts at 3 workers (tests/test_schedule.py checks it): one tile in 3 parts; one in 3
 # parts whose pair's second CTA is past N; cut and whole tiles on one worker, 64- and 128-token variants.

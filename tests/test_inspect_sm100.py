@@ -210,9 +210,11 @@ SAFE_GEMM_PTX = """.visible .entry gemm(
 """
 
 
-def kernel_of_ptx(ptx, name=GEMM):
-    """A kernel with these PTX counts and a clean SASS and resource usage."""
-    counts = {**tool.ptx_counts(ptx), "UTC*MMA": 4, "UTMALDG": 8, "UTMASTG": 0, "UTCCP": 8, "LDL": 0, "STL": 0}
+def kernel_of_ptx(ptx, name=GEMM, tma_stores=None):
+    """A kernel with these PTX counts and a clean SASS and resource usage; its SASS has tma_stores TMA
+    stores (by default the shipped kernel's 4, epilogue="tma_last", for SHIPPED_GEMM_PTX, else none)."""
+    tma_stores = (4 if ptx is SHIPPED_GEMM_PTX else 0) if tma_stores is None else tma_stores
+    counts = {**tool.ptx_counts(ptx), "UTC*MMA": 4, "UTMALDG": 8, "UTMASTG": tma_stores, "UTCCP": 8, "LDL": 0, "STL": 0}
     return tool.Kernel(name=name, threads=tool.ptx_threads(ptx), registers=96, local_bytes=0, static_smem=1024,
                        dynamic_smem=200000, counts=counts)
 
@@ -236,7 +238,7 @@ def test_shipped_and_safe_ptx_meet_their_configurations():
     ("shipped,pdl=off", "pdl=off but 2 griddepcontrol"),
     ("shipped,l2_hints=off", "l2_hints=off but 1 createpolicy"),
     ("shipped,prefetch=off", "prefetch=off but 1 prefetch.tensormap"),
-    ("shipped,epilogue=atoms", "epilogue=atoms but 1 inline-asm tcgen05.ld"),
+    ("shipped,epilogue=ptx", "epilogue=ptx but 4 TMA store(s) (UTMASTG)"),
 ])
 def test_a_switch_turned_off_fails_on_ptx_that_still_has_it(text, problem):
     assert tool.kernel_problems(kernel_of_ptx(SHIPPED_GEMM_PTX), config(text)) == [problem]
@@ -252,15 +254,17 @@ def test_a_switch_turned_on_fails_on_ptx_without_it(text, problem):
 
 
 def test_the_tma_epilogue_needs_a_tma_store_and_no_inline_tmem_load():
-    assert tool.kernel_problems(kernel_of_ptx(SHIPPED_GEMM_PTX), config("shipped,epilogue=tma")) == [
+    assert tool.kernel_problems(kernel_of_ptx(SHIPPED_GEMM_PTX, tma_stores=0), config("shipped,epilogue=tma")) == [
         "epilogue=tma but 1 inline-asm tcgen05.ld", "epilogue=tma but no TMA store (UTMASTG)"]
     stored = kernel_of_ptx(SAFE_GEMM_PTX)
     stored.counts["UTMASTG"] = 4
     assert tool.kernel_problems(stored, config("safe,epilogue=tma")) == []
     assert tool.kernel_problems(stored, config("safe")) == ["epilogue=atoms but 4 TMA store(s) (UTMASTG)"]
     # tma_last: "ptx" loads for every tile but the last, TMA stores for the last
-    assert tool.kernel_problems(kernel_of_ptx(SHIPPED_GEMM_PTX), config("shipped,epilogue=tma_last")) == [
+    assert tool.kernel_problems(kernel_of_ptx(SHIPPED_GEMM_PTX, tma_stores=0), config("shipped")) == [
         "epilogue=tma_last but no TMA store (UTMASTG)"]
+    assert tool.kernel_problems(kernel_of_ptx(SHIPPED_GEMM_PTX), config("shipped,epilogue=ptx")) == [
+        "epilogue=ptx but 4 TMA store(s) (UTMASTG)"]
     assert tool.kernel_problems(stored, config("safe,epilogue=tma_last")) == [
         "epilogue=tma_last but no inline-asm tcgen05.ld"]
 
@@ -289,7 +293,7 @@ def test_safe_forbids_any_pairing_multicast_pdl_and_policy():
         "multicast=off but 1 multicast TMA load (cp.async.bulk.tensor .multicast::cluster)",
         "pdl=off but 2 griddepcontrol", "l2_hints=off but 1 createpolicy",
         "cta_group=1 but 4 cta_group::2", "cta_group=1 but 2 .multicast::cluster",
-        "epilogue=atoms but 1 inline-asm tcgen05.ld"]
+        "epilogue=atoms but 1 inline-asm tcgen05.ld", "epilogue=atoms but 4 TMA store(s) (UTMASTG)"]
     # A 2-CTA commit alone, no multicast load: still a pair.
     paired_commit = SAFE_GEMM_PTX.replace(
         "tcgen05.commit.cta_group::1.mbarrier::arrive::one.shared::cluster.b64 [%r382];",
@@ -322,8 +326,8 @@ def test_configurations_follow_the_submission():
 # Each switch of SM100_SHIPPED flipped alone: toward SM100_SAFE's value, and for `jobs` (the same in
 # both) each other policy.
 SINGLE_SWITCHES = ("cta_group=1", "token_variants=128", "multicast=off", "pdl=off", "l2_hints=off", "epilogue=atoms",
-                   "epilogue=tma", "epilogue=tma_last", "descriptors=branch", "prefetch=off", "jobs=hybrid",
-                   "jobs=weight_blocks", "jobs=stream", "co_resident=on", "l2_prefetch=on")
+                   "epilogue=tma", "epilogue=ptx", "descriptors=branch", "prefetch=off", "jobs=hybrid",
+                   "jobs=weight_blocks", "jobs=stream", "l2_prefetch=on")
 COVERAGE = (  # (--groups, --config ...): issue 14's list
     ("1,2,3,4,5,8,16,32", ("shipped",)),
     ("2,8", ("safe",)),

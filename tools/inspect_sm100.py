@@ -257,9 +257,6 @@ def config_problems(kernel: Kernel, config) -> list[str]:
             found.append(f"epilogue={config.epilogue} but no TMA store (UTMASTG)")
         elif config.epilogue in ("ptx", "atoms") and counts["UTMASTG"]:
             found.append(f"epilogue={config.epilogue} but {counts['UTMASTG']} TMA store(s) (UTMASTG)")
-    if config.co_resident and kernel.registers * kernel.threads * 2 > 65536:
-        found.append(f"co_resident=on but {kernel.registers} registers x {kernel.threads} threads: two CTAs "
-                     "do not fit one SM's 64K registers")
     return found
 
 
