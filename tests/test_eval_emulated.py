@@ -15,7 +15,11 @@ pytestmark = [pytest.mark.skipif(torch.cuda.is_available(), reason="the emulated
 EMULATED_FIRST_LINE = ("emulated: no CUDA GPU here, so {}'s B200 (sm_100a) kernel runs in the sm_100a emulator on "
                        "this CPU at a B200's worker count (minutes; --reference checks the harness alone in seconds)")
 # the epilogue stores each pair of rows the other way round: every value lands in its neighbour's row
+# Two planted defects, one per store path of the shipped epilogue ("tma_last": direct stores for a worker's
+# tiles but its last, a TMA store for the last): neighbouring token rows swapped, neighbouring warps' boxes
+# swapped. Either makes the output wrong wherever its path stores.
 ROW_SWAP = ("cutlass.Int64(first_row + odd) * n", "cutlass.Int64(first_row + 1 - odd) * n")
+BOX_SWAP = ("// C_WARP_ROWS + warp_idx)", "// C_WARP_ROWS + (warp_idx ^ 1))")
 
 
 def test_the_b200_kernel_runs_emulated():
@@ -29,8 +33,8 @@ def test_the_b200_kernel_runs_emulated():
 
 def test_a_defect_planted_in_the_kernel_fails_emulated(tmp_path):
     source = (ROOT / "submission.py").read_text()
-    assert source.count(ROW_SWAP[0]) == 1
-    (tmp_path / "submission.py").write_text(source.replace(*ROW_SWAP))
+    assert source.count(ROW_SWAP[0]) == 1 and source.count(BOX_SWAP[0]) == 1
+    (tmp_path / "submission.py").write_text(source.replace(*ROW_SWAP).replace(*BOX_SWAP))
     done = run_eval(ROOT, "test", "--submission", str(tmp_path / "submission.py"), "--only", "3", "--no-inspect")
     assert done.returncode == 1 and done.stdout.startswith("emulated: ") and "0 of 1 passed" in done.stdout, \
         done.stdout + done.stderr
