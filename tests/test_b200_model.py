@@ -99,7 +99,7 @@ def test_switches_the_model_cannot_judge_get_the_shipped_figure():
     shipped = [model.predict_config(SHIPPED, b.sizes).total_us for b in BENCHES]
     for name in model.NOT_MODELED:
         value = getattr(SHIPPED, name)
-        flipped = replace(SHIPPED, **{name: {"ptx": "atoms", "selp": "branch"}.get(value, not value)})
+        flipped = replace(SHIPPED, **{name: {"tma_last": "atoms", "ptx": "atoms", "selp": "branch"}.get(value, not value)})
         assert [model.predict_config(flipped, b.sizes).total_us for b in BENCHES] == shipped
     judged = [f.name for f in dataclasses.fields(submission.Sm100Config) if f.name not in model.NOT_MODELED]
     assert sorted(judged) == ["cta_group", "jobs", "token_variants"]
