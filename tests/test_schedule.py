@@ -213,11 +213,13 @@ def test_b200_tile_jobs_fill_the_pairs_on_benchmarks_3_and_4():
         assert len(offsets) == {"benchmarks2": 24, "benchmarks3": 32}[name]
 
 
+@pytest.mark.parametrize("jobs", ["weight_blocks", "stream"])
 @pytest.mark.parametrize("name", sorted(SHAPES))
-def test_h200_weight_block_jobs_write_every_output_once(name):
-    """The flip tools/h200_method_check.py times on the H200: weight-block jobs on the Hopper kernel."""
+def test_h200_flipped_jobs_write_every_output_once(name, jobs):
+    """The Hopper kernel's schedule with its jobs flipped: weight-block jobs (the flip
+    tools/h200_method_check.py times on the H200) and stream-K (parts cover each cut tile's K once)."""
     sizes = SHAPES[name]
-    shape = dataclasses.replace(sm90_kernel.SCHEDULE, jobs="weight_blocks")
+    shape = dataclasses.replace(sm90_kernel.SCHEDULE, jobs=jobs)
     records, offsets = submission.build_tile_schedule(sizes, H200_SMS, shape)
     for writes in walk_h200(sizes, records, offsets):
         assert (writes == 1).all()
@@ -231,16 +233,6 @@ def test_b200_token_variant_is_the_smallest_that_fits():
                              (submission.SM100_SAFE, {(0, 0): 128, (1, 0): 128, (1, 128): 128})):
         records, _ = submission.sm100_schedule(sizes, _workers(config), config)
         assert {(g, t0): config.token_variants[v] for g, _, t0, v, *_ in records} == expected
-
-
-@pytest.mark.parametrize("name", sorted(SHAPES))
-def test_h200_stream_schedule_writes_every_output_once(name):
-    """Stream-K on the Hopper kernel's schedule: parts cover each cut tile's K once (check_parts)."""
-    sizes = SHAPES[name]
-    shape = dataclasses.replace(sm90_kernel.SCHEDULE, jobs="stream")
-    records, offsets = submission.build_tile_schedule(sizes, H200_SMS, shape)
-    for writes in walk_h200(sizes, records, offsets):
-        assert (writes == 1).all()
 
 
 def test_b200_stream_cuts_only_where_it_pays():

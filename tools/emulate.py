@@ -269,18 +269,7 @@ def run_nvidia_grouped(args, emulator) -> tuple:
         raise ValueError(f"--mnk: {len(problems)} M,N,K shapes for --groups {args.groups}")
     case = NvidiaGrouped(problems, mma_tiler_mn=tuple(args.mma_tiler), cluster_mn=tuple(args.cluster),
                          seed=args.seed, max_active_clusters=args.clusters)
-    emu = make_emulator(args, emulator, case.warp_roles)
-    calls = getattr(args, "calls", 1)
-    cases = [case] + [case.with_inputs(case.seed + BOARD_SEED_STEP * i) for i in range(1, calls)]
-    for c in cases:
-        c.register(emu)
-    if calls > 1:
-        stats = run_calls(emu, emulator, [(c.compiled, c.args) for c in cases])
-    else:
-        stats = emulator.combine(emu.call(case.compiled, *case.args))
-    if args.timing_only:
-        return TIMING_ONLY, stats
-    return merge_verdicts([c.compare(ATOL, RTOL) for c in cases]), stats
+    return run_example_calls(case, args, emulator)
 
 
 def merge_verdicts(verdicts: list) -> tuple:
@@ -313,6 +302,12 @@ def run_flashinfer(args, emulator) -> tuple:
 
 def run_flashinfer_case(case, args, emulator) -> tuple:
     """One FlashInferMasked case through the emulator the command line asks for: (verdict, stats)."""
+    return run_example_calls(case, args, emulator)
+
+
+def run_example_calls(case, args, emulator) -> tuple:
+    """An example kernel's case (NvidiaGrouped, FlashInferMasked) as `--calls` calls, each on its own
+    inputs (the board's seed steps), through the emulator the command line asks for: (verdict, stats)."""
     emu = make_emulator(args, emulator, case.warp_roles)
     calls = getattr(args, "calls", 1)
     cases = [case] + [case.with_inputs(case.seed + BOARD_SEED_STEP * i) for i in range(1, calls)]
@@ -325,16 +320,6 @@ def run_flashinfer_case(case, args, emulator) -> tuple:
     if args.timing_only:
         return TIMING_ONLY, stats
     return merge_verdicts([c.compare(ATOL, RTOL) for c in cases]), stats
-
-
-def merge_verdicts(verdicts: list) -> tuple:
-    """One (word, errors, message) for several calls' checks: the first that is not PASS, else PASS with the
-    worst errors."""
-    for verdict in verdicts:
-        if verdict[0] != "PASS":
-            return verdict
-    errors = [v[1] for v in verdicts if v[1] is not None]
-    return "PASS", (max(e[0] for e in errors), max(e[1] for e in errors)) if errors else None, ""
 
 
 # --------------------------------------------------------------------------------------------------
