@@ -38,6 +38,8 @@ event site); the scheduler does not know this module exists. Nothing here change
   every writing thread, then syncs). An mbarrier signalled by an asynchronous unit (complete-tx, commit) or
   from another CTA needs a `fence.mbarrier_init` by the initializing warp between its `mbarrier.init` and
   that signal.
+- **A CTA's exit** writes the whole of its shared memory (its lifetime ends) as an agent that has seen what
+  each of its warps had seen at exit: an asynchronous access not ordered before the exit races with it.
 - **Shadow memory.** Shared memory in 16-byte granules per CTA, tensor memory in (32-lane quarter, column)
   cells per CTA, global memory in 16-byte granules per registered region (made when first accessed). Each
   granule keeps its last write (agent, clock, PTX line, proxy) and up to two reads by agents not ordered
@@ -536,6 +538,24 @@ class HappensBefore:
         agent = self.warp(w)
         for access in accesses:
             join(agent.vc, access.vc)
+
+    # ------------------------------------------------------------------ CTA exit
+    def cta_exit(self, cta) -> None:
+        """The last warp of `cta` exited: its shared memory ends (PTX ISA 5.1, Table 6: `.shared` is accessible
+        "throughout the lifetime of the CTA that defines it"), written, as it were, by what every warp of the CTA had seen at its exit. An
+        asynchronous unit still to read or write it (a TMA store no `cp.async.bulk.wait_group.read` waited
+        for, a load or MMA no barrier wait ordered before the exit) is then unordered with that write: a
+        race, reported at this write or at the unit's later access."""
+        agent = self._new_agent(f"{cta.label} exit (its shared memory is released)", cta)
+        for w in cta.warps:
+            join(agent.vc, self.warp(w).vc)
+        desc = len(self.descs)
+        self.descs.append((agent.id, "the CTA's last warp exited"))
+        memory = cta.shared
+        granules = np.arange(memory.size // GRANULE)
+        self._access(self._shadow(memory, memory.size // GRANULE + 1), granules,
+                     Access(agent.id, agent.vc[agent.id], agent.vc, desc, False), True,
+                     lambda g: f"shared 0x{(memory.rank << 24) | int(g) * GRANULE:x} (CTA rank {memory.rank})")
 
     # ------------------------------------------------------------------ reports
     def _missing(self, access: Access, agent_id: int, clock: int, earlier_scope: int = 0) -> str:

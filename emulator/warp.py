@@ -391,6 +391,9 @@ class Warp:
                 self.alive = self.alive & ~exec_mask
                 self.cta.grid.progress += 1
                 if self.done:
+                    trace = self.cta.grid.trace
+                    if trace is not None and all(w.done for w in self.cta.warps):
+                        trace.cta_exit(self.cta)
                     return count
                 self._reconverge()
             elif kind == "wait":

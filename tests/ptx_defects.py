@@ -17,6 +17,8 @@ DEFECT (each fails loudly when the PTX has nothing to change):
   no-mbarrier-init-fence  every `fence.mbarrier_init` is removed
   no-store-read-wait every `cp.async.bulk.wait_group.read N` with N > 0 is removed: the C staging buffer is
                      rewritten before the TMA store that reads it is known to have read it
+  no-exit-store-wait every `cp.async.bulk.wait_group{.read} 0` is removed: the CTA may exit, and its shared
+                     memory end, while a TMA store still reads the C staging buffer
   sf-column          the scale-factor-A tensor-memory address of every tcgen05.mma is one column further
   oob-global         the first instruction of the kernel body loads 4 bytes from global address 16
   relaxed-count      every `atom.acq_rel` becomes `atom.relaxed` (stream-K's count no longer releases the
@@ -151,6 +153,10 @@ def no_store_read_wait(ptx: str) -> str:
     return _remove(ptx, r"^\s*cp\.async\.bulk\.wait_group\.read\s+[1-9]\d*;", "cp.async.bulk.wait_group.read N > 0")
 
 
+def no_exit_store_wait(ptx: str) -> str:
+    return _remove(ptx, r"^\s*cp\.async\.bulk\.wait_group(\.read)?\s+0;", "cp.async.bulk.wait_group{.read} 0")
+
+
 def sf_column(ptx: str) -> str:
     out, changed = [], 0
     for line in ptx.split("\n"):
@@ -192,7 +198,8 @@ def relaxed_peek(ptx: str) -> str:
 DEFECTS = {"expect-tx": expect_tx, "no-empty-wait": no_empty_wait, "no-full-wait": no_full_wait,
            "no-acc-full-wait": no_acc_full_wait, "early-acc-release": early_acc_release,
            "no-proxy-fence": no_proxy_fence, "no-mbarrier-init-fence": no_mbarrier_init_fence,
-           "no-store-read-wait": no_store_read_wait, "sf-column": sf_column, "oob-global": oob_global,
+           "no-store-read-wait": no_store_read_wait, "no-exit-store-wait": no_exit_store_wait,
+           "sf-column": sf_column, "oob-global": oob_global,
            "relaxed-count": relaxed_count, "relaxed-peek": relaxed_peek}
 
 
