@@ -113,6 +113,51 @@ def test_a_load_without_the_mbarrier_wait_is_a_race(mode):
         run(MBARRIER.format(wait=""), out, mode=mode, races=True)
 
 
+# thread 0 loads 64 bytes of `out` into shared memory with a 1-D bulk copy (cp.async.bulk, as the Hopper
+# kernel loads its scales), then {use}: waits on the copy's mbarrier, reads the bytes, or neither; then exits
+BULK_LOAD = """
+	add.s32 %r6, %r20, 64;
+	add.s32 %r7, %r20, 256;
+	mov.u32 %r8, 1;
+	setp.eq.u32 %p2, %r2, 0;
+	@!%p2 bra $L_done;
+	mbarrier.init.shared.b64 [%r7], %r8;
+	fence.mbarrier_init.release.cluster;
+	mbarrier.arrive.expect_tx.shared::cta.b64 %rd5, [%r7], 64;
+	cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%r6], [%rd1], 64, [%r7];
+{use}
+$L_done:
+	ret;
+"""
+READ = "	ld.shared.u32 %r3, [%r6];"
+
+
+@pytest.mark.parametrize("mode", ["eager", "adversarial"])
+def test_a_bulk_load_waited_for_before_its_bytes_are_read_and_the_cta_exits_is_no_race(mode):
+    out = np.arange(64, dtype=np.uint32)
+    run(BULK_LOAD.format(use=SPIN + "\n" + READ), out, mode=mode, races=True)
+
+
+@pytest.mark.parametrize("mode", ["eager", "adversarial"])
+def test_reading_a_bulk_loads_bytes_without_its_wait_is_a_race(mode):
+    out = np.arange(64, dtype=np.uint32)
+    with pytest.raises(RaceError) as caught:
+        run(BULK_LOAD.format(use=READ + "\n" + SPIN), out, mode=mode, races=True)  # the wait comes too late
+    text = str(caught.value)
+    assert "cp.async.bulk.shared::cluster.global" in text and "ld.shared.u32" in text and "exit" not in text
+
+
+@pytest.mark.parametrize("mode", ["eager", "adversarial"])
+def test_a_cta_that_exits_while_its_bulk_load_is_in_flight_races_with_it(mode):
+    """The CTA's exit ends its shared memory (happens_before.cta_exit): the copy, not waited for, writes it
+    after (adversarial: delivered at the grid's end) or unordered with (eager: delivered at issue) that end."""
+    out = np.arange(64, dtype=np.uint32)
+    with pytest.raises(RaceError) as caught:
+        run(BULK_LOAD.format(use=""), out, mode=mode, races=True)
+    text = str(caught.value)
+    assert "cp.async.bulk.shared::cluster.global" in text and "exit (its shared memory is released)" in text
+
+
 def test_detection_is_off_by_default():
     out = np.zeros(64, np.uint32)
     run(WRITE_THEN_READ.format(sync=""), out)

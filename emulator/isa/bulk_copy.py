@@ -257,9 +257,16 @@ def _bulk_load(instr, program):
             def deliver(cta=cta, d_offset=d_offset, source=source, nbytes=nbytes, barrier=barrier, gm=gm):
                 if not cta.grid.timing_only:
                     cta.shared.write(d_offset, gm.read(source, nbytes))
+                    trace = cta.grid.trace
+                    if trace is not None:
+                        trace.shared_range(cta.shared, d_offset, nbytes, True)
+                        trace.signal(barrier)
                 barrier.complete_tx(cta.grid, nbytes)
 
-            issue(w.cta.grid, AsyncOp(deliver, [barrier], where, unit="tma.load", nbytes=nbytes, cta=w.cta,
+            trace = w.cta.grid.trace
+            agent = None if trace is None else trace.issue(w, ("TMA load", w, (id(barrier),)),
+                                                           f"TMA load unit for {w.label}")
+            issue(w.cta.grid, AsyncOp(deliver, [barrier], where, agent, unit="tma.load", nbytes=nbytes, cta=w.cta,
                                       key=(source, nbytes)))
 
     return handler
