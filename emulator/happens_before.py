@@ -215,9 +215,7 @@ class HappensBefore:
         first = offsets // GRANULE
         last = (offsets + nbytes - 1) // GRANULE
         granules = np.unique(np.concatenate([first, last])) if (first != last).any() else np.unique(first)
-        self._access(self._shadow(memory, memory.size // GRANULE + 1), granules,
-                     self.warp_access(w, order.scope if order is not None else 0), write,
-                     lambda g: f"shared 0x{(memory.rank << 24) | int(g) * GRANULE:x} (CTA rank {memory.rank})")
+        self._shared_granules(memory, granules, self.warp_access(w, order.scope if order is not None else 0), write)
         if order is not None:
             self._synchronize(w, id(memory), offsets, nbytes, order)
 
@@ -226,7 +224,11 @@ class HappensBefore:
         access = self.stack[-1] if self.stack else None
         if access is None or nbytes <= 0:
             return
-        granules = np.arange(offset // GRANULE, (offset + nbytes - 1) // GRANULE + 1)
+        self._shared_granules(memory, np.arange(offset // GRANULE, (offset + nbytes - 1) // GRANULE + 1), access,
+                              write)
+
+    def _shared_granules(self, memory, granules, access: Access, write: bool) -> None:
+        """`access` of these 16-byte granules of one CTA's shared memory."""
         self._access(self._shadow(memory, memory.size // GRANULE + 1), granules, access, write,
                      lambda g: f"shared 0x{(memory.rank << 24) | int(g) * GRANULE:x} (CTA rank {memory.rank})")
 
@@ -541,21 +543,18 @@ class HappensBefore:
 
     # ------------------------------------------------------------------ CTA exit
     def cta_exit(self, cta) -> None:
-        """The last warp of `cta` exited: its shared memory ends (PTX ISA 5.1, Table 6: `.shared` is accessible
-        "throughout the lifetime of the CTA that defines it"), written, as it were, by what every warp of the CTA had seen at its exit. An
-        asynchronous unit still to read or write it (a TMA store no `cp.async.bulk.wait_group.read` waited
-        for, a load or MMA no barrier wait ordered before the exit) is then unordered with that write: a
-        race, reported at this write or at the unit's later access."""
+        """The last warp of `cta` exited: its shared memory ends (PTX ISA 5.1, Table 6: `.shared` is
+        accessible "throughout the lifetime of the CTA that defines it"), written, as it were, by what every
+        warp of the CTA had seen at its exit. An asynchronous unit still to read or write it (a TMA store no
+        `cp.async.bulk.wait_group.read` waited for, a load or MMA no barrier wait ordered before the exit) is
+        then unordered with that write: a race, reported at this write or at the unit's later access."""
         agent = self._new_agent(f"{cta.label} exit (its shared memory is released)", cta)
         for w in cta.warps:
             join(agent.vc, self.warp(w).vc)
         desc = len(self.descs)
         self.descs.append((agent.id, "the CTA's last warp exited"))
-        memory = cta.shared
-        granules = np.arange(memory.size // GRANULE)
-        self._access(self._shadow(memory, memory.size // GRANULE + 1), granules,
-                     Access(agent.id, agent.vc[agent.id], agent.vc, desc, False), True,
-                     lambda g: f"shared 0x{(memory.rank << 24) | int(g) * GRANULE:x} (CTA rank {memory.rank})")
+        self._shared_granules(cta.shared, np.arange(cta.shared.size // GRANULE),
+                              Access(agent.id, agent.vc[agent.id], agent.vc, desc, False), True)
 
     # ------------------------------------------------------------------ reports
     def _missing(self, access: Access, agent_id: int, clock: int, earlier_scope: int = 0) -> str:

@@ -297,11 +297,6 @@ def run_flashinfer(args, emulator) -> tuple:
     case = FlashInferMasked(masked_m, n, k, mma_tiler_mn=tuple(args.mma_tiler), cluster_mn=tuple(args.cluster),
                             m_max=args.m_max, seed=args.seed, max_active_clusters=args.clusters,
                             masked_m_slack=args.masked_m_slack)
-    return run_flashinfer_case(case, args, emulator)
-
-
-def run_flashinfer_case(case, args, emulator) -> tuple:
-    """One FlashInferMasked case through the emulator the command line asks for: (verdict, stats)."""
     return run_example_calls(case, args, emulator)
 
 
@@ -565,7 +560,7 @@ def flashinfer_benchmark(entry: dict, args, emulator) -> tuple:
     # tests catch), and this route times the kernel rather than judging it
     case = FlashInferMasked(list(entry["m"]), entry["n"][0], entry["k"][0], max_active_clusters=148,
                             seed=entry.get("seed", 0) + (BOARD_SEED_STEP if args.calls > 1 else 0), masked_m_slack=1)
-    return run_flashinfer_case(case, args, emulator)
+    return run_example_calls(case, args, emulator)
 
 
 def submission_roles(S) -> dict:
