@@ -2,10 +2,11 @@
 `dense_blockscaled_gemm_persistent.py`), a kernel that runs on B200s, compiled for sm_100a on random NVFP4
 inputs.
 
-Where the example is read from (`example_path()`), the first that exists: the file or CUTLASS checkout
-that `NVFP4_NVIDIA_EXAMPLE` names; the copy torch ships under `torch/_inductor/kernel/vendored_templates/
-cutedsl/` (torch 2.9, 2.10, 2.12, 2.13; not 2.11); the copy in FlashInfer's wheel data
-(`flashinfer/data/cutlass/examples/python/CuTeDSL/blackwell/`). Without any, `ExampleNotFound` says in one
+Where the example is read from (`example_path()`), the first that exists and has v4.3.5's interface (the one
+`NvidiaExample` drives): the file or CUTLASS checkout that `NVFP4_NVIDIA_EXAMPLE` names; the copy torch ships
+under `torch/_inductor/kernel/vendored_templates/cutedsl/` (torch 2.9, 2.10, 2.12, 2.13; not 2.11); the
+copy in FlashInfer's wheel data (`flashinfer/data/cutlass/examples/python/CuTeDSL/blackwell/`: 0.6.7.post3
+and 0.6.17 carry a later form, skipped; nvidia_grouped.py finds its grouped example there). Without any, `ExampleNotFound` says in one
 line what is needed and how to get it.
 
 `NvidiaExample(mma_tiler_mn, cluster_mn, m, n, k)` builds the inputs on the CPU (FP4 A and B in every byte
@@ -15,6 +16,7 @@ with NaN), compiles the example as for a B200 and holds what a run needs: `compi
 compiled kernel on other inputs (the next call of a stream).
 """
 
+import ast
 import copy
 import importlib.util
 import os
@@ -54,13 +56,34 @@ def example_candidates() -> list[Path]:
     return candidates
 
 
+# Sm100BlockScaledPersistentDenseGemmKernel.can_implement's parameters in v4.3.5, as NvidiaExample calls it
+CAN_IMPLEMENT = ("ab_dtype", "sf_dtype", "sf_vec_size", "c_dtype", "mma_tiler_mn", "cluster_shape_mn", "m", "n", "k",
+                 "l", "a_major", "b_major", "c_major")
+
+
+def has_v435_interface(path: Path) -> bool:
+    """Whether the example at `path` is the form this module drives (read, not imported): copies of other
+    CUTLASS versions differ in can_implement's parameters (FlashInfer's have 10) and may differ elsewhere."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ClassDef) and node.name == "Sm100BlockScaledPersistentDenseGemmKernel":
+            for method in node.body:
+                if isinstance(method, ast.FunctionDef) and method.name == "can_implement":
+                    return tuple(arg.arg for arg in method.args.args) == CAN_IMPLEMENT
+    return False
+
+
 def example_path() -> Path:
+    other_forms = []
     for path in example_candidates():
         if path.is_file():
-            return path
+            if has_v435_interface(path):
+                return path
+            other_forms.append(str(path))
     named = f" ({ENV_VAR}={os.environ[ENV_VAR]} holds none)" if os.environ.get(ENV_VAR) else ""
+    skipped = f" (skipped, another CUTLASS version's form: {', '.join(other_forms)})" if other_forms else ""
     raise ExampleNotFound(
-        f"NVIDIA's {EXAMPLE} not found{named}: torch {torch.__version__} ships no copy; set {ENV_VAR} to the file "
+        f"NVIDIA's {EXAMPLE} in CUTLASS v4.3.5's form not found{named}{skipped}: torch {torch.__version__} ships "
+        f"no such copy; set {ENV_VAR} to the file "
         f"or to a CUTLASS checkout (git clone --depth 1 -b v4.3.5 https://github.com/NVIDIA/cutlass), or install "
         f"FlashInfer (pip install flashinfer-python)")
 
