@@ -83,9 +83,8 @@ def example_path() -> Path:
     skipped = f" (skipped, another CUTLASS version's form: {', '.join(other_forms)})" if other_forms else ""
     raise ExampleNotFound(
         f"NVIDIA's {EXAMPLE} in CUTLASS v4.3.5's form not found{named}{skipped}: torch {torch.__version__} ships "
-        f"no such copy; set {ENV_VAR} to the file "
-        f"or to a CUTLASS checkout (git clone --depth 1 -b v4.3.5 https://github.com/NVIDIA/cutlass), or install "
-        f"FlashInfer (pip install flashinfer-python)")
+        f"no copy; set {ENV_VAR} to the file or to a CUTLASS checkout (git clone --depth 1 -b v4.3.5 "
+        f"https://github.com/NVIDIA/cutlass)")
 
 
 def _load_example():

@@ -252,29 +252,3 @@ $L_end:
     assert out[3] == 0xFFFFFFFF  # -3 * 16 >> 32, signed
     assert out[4] == 0xFD44FF33  # bytes 5, 1, 4, 0 of {b, a}
 
-
-def _example_with_can_implement(path, params: str):
-    path.write_text("class Sm100BlockScaledPersistentDenseGemmKernel:\n"
-                    f"    @staticmethod\n    def can_implement({params}):\n        return True\n")
-    return path
-
-
-V435_PARAMS = ("ab_dtype, sf_dtype, sf_vec_size, c_dtype, mma_tiler_mn, cluster_shape_mn, m, n, k, l, a_major, "
-               "b_major, c_major")
-LATER_PARAMS = ("mnkl, ab_dtype, sf_dtype, c_dtype, a_major, b_major, c_major, sf_vec_size, mma_tiler_mn, "
-                "cluster_shape_mn")  # FlashInfer 0.6.7.post3's and 0.6.17's copies
-
-
-def test_nvidia_example_of_another_cutlass_form_is_passed_over(tmp_path, monkeypatch):
-    """The H200 machine (torch 2.11, no copy of its own) found FlashInfer's later form of NVIDIA's example and every
-    test that drives it failed with a TypeError: a copy whose can_implement is not v4.3.5's is skipped, the next
-    candidate taken, and with none left the one-line error names the copy it passed over."""
-    import emulator.nvidia as nvidia
-
-    later = _example_with_can_implement(tmp_path / "later.py", LATER_PARAMS)
-    v435 = _example_with_can_implement(tmp_path / "v435.py", V435_PARAMS)
-    monkeypatch.setattr(nvidia, "example_candidates", lambda: [tmp_path / "absent.py", later, v435])
-    assert nvidia.example_path() == v435
-    monkeypatch.setattr(nvidia, "example_candidates", lambda: [later])
-    with pytest.raises(nvidia.ExampleNotFound, match=r"v4\.3\.5's form not found .*skipped.*later\.py"):
-        nvidia.example_path()
