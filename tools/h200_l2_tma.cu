@@ -31,56 +31,72 @@ __device__ __forceinline__ void barrier_wait(uint32_t b, uint32_t parity) {
 __device__ __forceinline__ void expect(uint32_t b, int bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(b), "r"(bytes) : "memory");
 }
-// one load of `box` bytes, chunk `chunk` of the source, into stage buffer `dst`
-__device__ __forceinline__ void load(bool tensor, const CUtensorMap* map, const char* src, int box, size_t chunk,
-                                     int kblocks, uint32_t dst, uint32_t b) {
+// Where a CTA's loads read, advanced once per load with no division (a single thread's 64-bit modulo is a
+// chain of hundreds of cycles, which an earlier form of this program measured instead of the TMA unit).
+// CTA x's k-th load reads chunk (x + k G) mod nchunks (distinct lines across the CTAs at any moment), or, with
+// `same`, chunk k mod nchunks (every CTA the same line at about the same time); with `kblocks` > 1 (2-D only),
+// CTA x walks the k-blocks of row block x, then of row block x + G, and so on (a GEMM's walk along K).
+struct Cursor {
+  uint32_t chunk, kblock, step, nchunks, kblocks;
+  __device__ void advance() {
+    if (kblocks > 1 && ++kblock < kblocks) return;
+    kblock = 0;
+    chunk += step;
+    if (chunk >= nchunks) chunk -= nchunks;
+  }
+};
+
+// one load of `box` bytes at the cursor into stage buffer `dst`; 2-D: rows [rows c, rows c + rows) of a matrix
+// of 128-byte k-blocks (rows = box / 128), k-block `kblock`
+__device__ __forceinline__ void load(bool tensor, const CUtensorMap* map, const char* src, uint32_t box,
+                                     const Cursor& at, uint32_t dst, uint32_t b) {
   expect(b, box);
-  if (tensor) {  // chunk c of a (rows x 128 kblocks B) matrix: k-block c mod kblocks of rows [128 c', 128 c' + 128),
-                 // c' = c / kblocks (a GEMM's walk along K of one tile's rows)
-    int column = (int)(chunk % kblocks) * 128, row = (int)(chunk / kblocks * 128);
+  if (tensor) {
+    uint32_t column = at.kblock * 128, row = at.chunk * (box / 128);
     asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
                  :: "r"(dst), "l"(map), "r"(column), "r"(row), "r"(b) : "memory");
   } else {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                 :: "r"(dst), "l"(src + chunk * box), "r"(box), "r"(b) : "memory");
+                 :: "r"(dst), "l"(src + (size_t)at.chunk * box), "r"(box), "r"(b) : "memory");
   }
 }
 
-// CTA x's k-th load reads chunk (x + k G) mod nchunks (distinct lines across the CTAs at any moment), or,
-// with `same`, chunk k mod nchunks (every CTA the same line at about the same time); with `kblocks` > 1 (2-D
-// only), CTA x walks the k-blocks of row block x, then of row block x + G, and so on. CTA 0 writes its SM
-// clock's cycles and the global timer's nanoseconds over the timed loop into `span`.
-__global__ void l2_loads(const __grid_constant__ CUtensorMap map, const char* src, size_t nchunks, int box,
-                         int stages, int loads_per_cta, int tensor, int same, int kblocks, long long* span) {
+// CTA 0 writes its SM clock's cycles and the global timer's nanoseconds over the timed loop into `span`.
+// `nchunks` counts row blocks (of box / 128 rows) in 2-D.
+__global__ void l2_loads(const __grid_constant__ CUtensorMap map, const char* src, uint32_t nchunks, uint32_t box,
+                         int stages, int loads_per_cta, int tensor, int same, uint32_t kblocks, long long* span) {
   extern __shared__ __align__(1024) char stage_buf[];
   __shared__ __align__(8) uint64_t full[16];
   if (threadIdx.x) return;
   for (int s = 0; s < stages; s++) barrier_init(smem(&full[s]));
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  size_t G = gridDim.x;
-  auto chunk_of = [&](size_t k) {
-    if (kblocks > 1) return ((blockIdx.x + k / kblocks * G) * kblocks + k % kblocks) % nchunks;
-    return same ? k % nchunks : (blockIdx.x + k * G) % nchunks;
-  };
+  Cursor next{same ? 0u : blockIdx.x % nchunks, 0u, same ? 1u : gridDim.x, nchunks, kblocks};
   long long c0 = clock64(), t0;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  for (int s = 0; s < stages && s < loads_per_cta; s++)
-    load(tensor, &map, src, box, chunk_of(s), kblocks, smem(stage_buf + s * box), smem(&full[s]));
+  for (int s = 0; s < stages && s < loads_per_cta; s++) {
+    load(tensor, &map, src, box, next, smem(stage_buf + s * box), smem(&full[s]));
+    next.advance();
+  }
+  int s = 0;
+  uint32_t parity = 0;
   for (int k = 0; k < loads_per_cta; k++) {
-    int s = k % stages;
-    barrier_wait(smem(&full[s]), (k / stages) & 1);
-    if (k + stages < loads_per_cta)
-      load(tensor, &map, src, box, chunk_of(k + stages), kblocks, smem(stage_buf + s * box), smem(&full[s]));
+    barrier_wait(smem(&full[s]), parity);
+    if (k + stages < loads_per_cta) {
+      load(tensor, &map, src, box, next, smem(stage_buf + s * box), smem(&full[s]));
+      next.advance();
+    }
+    if (++s == stages) { s = 0; parity ^= 1; }
   }
   long long t1;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
   if (blockIdx.x == 0) { span[0] = clock64() - c0; span[1] = t1 - t0; }
 }
 
-static CUtensorMap tensor_map(char* base, size_t rows, int row_bytes) {
+// a (rows x row_bytes) byte matrix read in boxes of box_rows x 128 B, 128-byte swizzle (the GEMMs' operand boxes)
+static CUtensorMap tensor_map(char* base, size_t rows, int row_bytes, int box_rows) {
   CUtensorMap map;
   cuuint64_t dims[2] = {(cuuint64_t)row_bytes, rows}, strides[1] = {(cuuint64_t)row_bytes};
-  cuuint32_t box[2] = {128, 128}, unit[2] = {1, 1};
+  cuuint32_t box[2] = {128, (cuuint32_t)box_rows}, unit[2] = {1, 1};
   CUresult r = cuTensorMapEncodeTiled(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, base, dims, strides, box, unit,
                                       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
@@ -91,7 +107,6 @@ static CUtensorMap tensor_map(char* base, size_t rows, int row_bytes) {
 int main() {
   int sms;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  const int box = 16384;
   const size_t l2_source = 32u << 20, hbm_source = 2048ull << 20, evict = 256u << 20;
   char *src, *other;
   long long* span;
@@ -104,15 +119,16 @@ int main() {
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);
-  CUtensorMap l2_map = tensor_map(src, l2_source / 128, 128), dummy = l2_map;
+  const CUtensorMap none = tensor_map(src, l2_source / 128, 128, 128);
   // dynamic shared memory of 200 KiB keeps one CTA per SM whatever the stage count
-  auto timed = [&](const CUtensorMap& map, size_t nchunks, int ctas, int stages, int loads, int tensor, int same,
-                   int kblocks, bool cold, double* cycles_per_ns) {
+  auto timed = [&](const CUtensorMap& map, uint32_t nchunks, uint32_t box, int ctas, int stages, int loads,
+                   int tensor, int same, uint32_t kblocks, bool cold, double* cycles_per_ns) {
     float best = 1e30f;
-    long long h[2];
+    long long h[2] = {0, 1};
     for (int rep = 0; rep < 3; rep++) {
       if (cold)  // evict the source with clean lines: read another 256 MiB
-        l2_loads<<<sms, 32, 200 * 1024>>>(dummy, other, evict / box, box, 4, (int)(evict / box / sms), 0, 0, 1, span);
+        l2_loads<<<sms, 32, 200 * 1024>>>(none, other, evict / 16384, 16384, 4, (int)(evict / 16384 / sms), 0, 0, 1,
+                                          span);
       cudaEventRecord(e0);
       l2_loads<<<ctas, 32, 200 * 1024>>>(map, src, nchunks, box, stages, loads, tensor, same, kblocks, span);
       cudaEventRecord(e1);
@@ -124,40 +140,40 @@ int main() {
     *cycles_per_ns = (double)h[0] / h[1];
     return (double)ctas * loads * box / (best * 1e-3) / 1e12;  // TB/s
   };
-  printf("H200 TMA loads from L2 (%d SMs, a 32 MiB source already in L2; 16 KiB per load)\n", sms);
-  printf("| kind | SMs loading | loads in flight per SM | KiB in flight per SM | lines | TB/s | GB/s per SM | SM clock GHz | bytes per SM cycle |\n");
-  printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
-  auto l2_run = [&](int tensor, int ctas, int stages, int same) {
-    const int loads = 4096;  // 64 MiB per CTA: long against the launch and the fill
-    double ghz, tbs;
-    l2_loads<<<ctas, 32, 200 * 1024>>>(l2_map, src, l2_source / box, box, stages, loads / 8, tensor, same, 1, span);
-    tbs = timed(l2_map, l2_source / box, ctas, stages, loads, tensor, same, 1, false, &ghz);
+  printf("H200 TMA loads from L2 (%d SMs, a 32 MiB source already in L2)\n", sms);
+  printf("| kind | KiB per load | SMs loading | loads in flight per SM | KiB in flight per SM | lines | TB/s | GB/s per SM | SM clock GHz | bytes per SM cycle |\n");
+  printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+  auto l2_run = [&](int tensor, uint32_t box, int ctas, int stages, int same) {
+    const int loads = (int)((64u << 20) / box);  // 64 MiB per CTA: long against the launch and the fill
+    CUtensorMap map = tensor_map(src, l2_source / 128, 128, box / 128);
+    double ghz;
+    l2_loads<<<ctas, 32, 200 * 1024>>>(map, src, l2_source / box, box, stages, loads / 8, tensor, same, 1, span);
+    double tbs = timed(map, l2_source / box, box, ctas, stages, loads, tensor, same, 1, false, &ghz);
     double per_sm = tbs * 1e3 / ctas;
-    printf("| %s | %d | %d | %d | %s | %.2f | %.1f | %.3f | %.1f |\n",
-           tensor ? "2-D tensor 128x128 B, swizzle 128B" : "1-D bulk", ctas, stages, stages * box / 1024,
-           same ? "the same for every SM" : "distinct", tbs, per_sm, ghz, per_sm / ghz);
+    printf("| %s | %u | %d | %d | %u | %s | %.2f | %.1f | %.3f | %.1f |\n",
+           tensor ? "2-D tensor, rows of 128 B, swizzle 128B" : "1-D bulk", box / 1024, ctas, stages,
+           stages * box / 1024, same ? "the same for every SM" : "distinct", tbs, per_sm, ghz, per_sm / ghz);
   };
   for (int tensor = 0; tensor < 2; tensor++) {
-    for (int ctas : {1, 8, 16, 33, 66, 99, sms}) l2_run(tensor, ctas, 4, 0);
-    for (int stages : {1, 2, 8, 12}) l2_run(tensor, sms, stages, 0);
-    l2_run(tensor, sms, 4, 1);
-    l2_run(tensor, sms, 8, 1);
+    for (int ctas : {1, 16, 66, sms}) l2_run(tensor, 16384, ctas, 4, 0);
+    for (int stages : {1, 2, 8, 12}) l2_run(tensor, 16384, sms, stages, 0);
+    for (int stages : {2, 4, 6}) l2_run(tensor, 32768, sms, stages, 0);
+    l2_run(tensor, 16384, sms, 8, 1);
   }
   // From HBM: a 2 GiB source, L2 emptied of it (with clean lines) before each launch. The GEMM's walk (2-D boxes
   // of 128 rows x 128 B along rows of `pitch` bytes) against 1-D bulk copies of 16 KiB of consecutive bytes.
   printf("\nH200 TMA loads from HBM (a 2 GiB source, L2 holding none of it; 16 KiB per load, 1 CTA per SM)\n");
   printf("| kind | row pitch B | loads in flight per SM | KiB in flight per SM | TB/s | SM clock GHz |\n");
   printf("| --- | --- | --- | --- | --- | --- |\n");
+  const uint32_t box = 16384;
   for (int stages : {4, 8, 12}) {
     const int loads = (int)(hbm_source / box / sms / 2);  // 1 GiB in all
-    double ghz, tbs = timed(dummy, hbm_source / box, sms, stages, loads, 0, 0, 1, true, &ghz);
-    printf("| 1-D bulk, consecutive 16 KiB | - | %d | %d | %.2f | %.3f |\n", stages, stages * box / 1024, tbs, ghz);
+    double ghz, tbs = timed(none, hbm_source / box, box, sms, stages, loads, 0, 0, 1, true, &ghz);
+    printf("| 1-D bulk, consecutive 16 KiB | - | %d | %u | %.2f | %.3f |\n", stages, stages * box / 1024, tbs, ghz);
     for (int pitch : {1024, 3584}) {
-      CUtensorMap map = tensor_map(src, hbm_source / pitch, pitch);
-      int kblocks = pitch / 128;
-      size_t nchunks = hbm_source / pitch / 128 * kblocks;
-      tbs = timed(map, nchunks, sms, stages, loads, 1, 0, kblocks, true, &ghz);
-      printf("| 2-D 128x128 B boxes along K | %d | %d | %d | %.2f | %.3f |\n", pitch, stages, stages * box / 1024,
+      CUtensorMap map = tensor_map(src, hbm_source / pitch, pitch, 128);
+      tbs = timed(map, hbm_source / pitch / 128, box, sms, stages, loads, 1, 0, pitch / 128, true, &ghz);
+      printf("| 2-D 128x128 B boxes along K | %d | %d | %u | %.2f | %.3f |\n", pitch, stages, stages * box / 1024,
              tbs, ghz);
     }
   }
