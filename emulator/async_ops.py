@@ -27,11 +27,12 @@ class AsyncOp:
     `barriers` are the mbarriers it signals, `issuer` the PTX line and warp that issued it, `agent` the race
     detector's record of who performs it (happens_before.Access; None when detection is off). The rest
     describes the work for the timed mode: `unit` ('tma.load', 'tma.store', 'tcgen05.commit', ...), `bytes`
-    moved, the issuing `cta`, and `key`, what identifies the bytes read (a TMA box: tensor map and
-    coordinates; L2 hits are matched on it)."""
+    moved, the issuing `cta`, `key`, what identifies the bytes read (a TMA box: tensor map and
+    coordinates; L2 hits are matched on it), and `tiled`: the bytes are a tensor box, rows at the tensor's
+    strides rather than consecutive bytes (HBM streams those slower: clock.Clock._miss)."""
 
     def __init__(self, deliver, barriers=(), issuer: str = "", agent=None, *, unit: str = "", nbytes: int = 0,
-                 cta=None, key=None):
+                 cta=None, key=None, tiled: bool = False):
         self._deliver = deliver
         self.barriers = tuple(barriers)
         self.issuer = issuer
@@ -40,6 +41,7 @@ class AsyncOp:
         self.bytes = nbytes
         self.cta = cta
         self.key = key
+        self.tiled = tiled
         self.delivered = False
 
     def deliver(self, grid) -> None:

@@ -926,13 +926,14 @@ class Clock:
             self.timeline.unit(op, now, done)
         self._push(done, EVENT, op)
 
-    def _miss(self, now: float, key, nbytes: int, state) -> float:
+    def _miss(self, now: float, key, nbytes: int, state, tiled: bool) -> float:
         """`nbytes` come from HBM into L2 (after the dirty victims they evict are written back): when they
-        are in L2."""
+        are in L2. A tensor box's rows (`tiled`: 128-byte rows walked along K in the GEMMs) hold HBM as
+        `nbytes / hbm_tiled_efficiency` consecutive bytes would."""
         m = self.machine
         writeback = state.dirty.evict(nbytes)
         latency = loaded_latency(m, self.hbm.load(now))
-        through = self.hbm.serve(now, nbytes + writeback)
+        through = self.hbm.serve(now, nbytes / (m.hbm_tiled_efficiency if tiled else 1.0) + writeback)
         state.hbm_done = max(state.hbm_done, through)
         state.hbm_read += nbytes
         state.hbm_written += writeback
@@ -948,13 +949,13 @@ class Clock:
         # a miss's bytes come from HBM (after its dirty victims leave) and then, as a hit's do, through L2's
         # ports to the SM
         state.l2_misses += 1
-        in_l2 = self._miss(now, op.key, op.bytes, state)
+        in_l2 = self._miss(now, op.key, op.bytes, state, op.tiled)
         through = self.l2_server.serve(now, op.bytes)
         done = max(in_l2, through)
         self.l2.insert(op.key, done, op.bytes)
         return done
 
-    def prefetch(self, warp, key, nbytes: int) -> None:
+    def prefetch(self, warp, key, nbytes: int, tiled: bool = False) -> None:
         """cp.async.bulk.prefetch(.tensor) to L2 (bulk_copy.py): a box not in L2 comes in from HBM as a TMA
         load's miss would (no shared memory, no mbarrier, nothing through L2's ports to an SM); a later load of
         it is a hit (one still in flight waits for it). A box already in L2 costs nothing."""
@@ -962,7 +963,7 @@ class Clock:
         if key in self.l2.lines:
             return
         now = self.now()
-        arrival = self._miss(now, key, nbytes, state)
+        arrival = self._miss(now, key, nbytes, state, tiled)
         state.prefetched += nbytes
         self.l2.insert(key, arrival, nbytes)
 

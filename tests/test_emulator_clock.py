@@ -469,6 +469,18 @@ def test_hbm_bandwidth_is_shared_across_sms():
 
 
 @pytest.mark.long  # the quick suite's budget (issue 26): CI runs it under -m long
+def test_tensor_boxes_stream_from_hbm_at_the_tiled_efficiency():
+    """A tensor box's 128-byte rows hold HBM longer than as many consecutive bytes (measured on the H200:
+    tools/h200_l2_tma.cu): with HBM the bottleneck, NVIDIA's kernel (every load a tensor box) at half the
+    efficiency takes about twice as long (a clean L2: no write-backs share HBM)."""
+    slow = ("--set", f"hbm_bytes_per_us={B200.hbm_bytes_per_us / 1000}", "--set", "l2_dirty_writeback_fraction=0")
+    full = nvidia_timed((128, 256, 1024), 2, *slow, "--set", "hbm_tiled_efficiency=1")
+    half = nvidia_timed((128, 256, 1024), 2, *slow, "--set", "hbm_tiled_efficiency=0.5")
+    assert half["kernel_us"] == pytest.approx(2 * full["kernel_us"], rel=0.15)
+    assert half["hbm_read_mb"] == full["hbm_read_mb"]  # the bytes read are the same
+
+
+@pytest.mark.long  # the quick suite's budget (issue 26): CI runs it under -m long
 def test_misses_into_the_flushed_l2_write_dirty_victims_back():
     """With HBM the bottleneck (1/1000 of the B200's bandwidth), the dirty victims the kernel's misses evict
     cost HBM time: the kernel takes longer than with a clean L2, and writes back the dirty share of what it

@@ -144,7 +144,7 @@ def _load(instr, program):
             agent = None if trace is None else trace.issue(
                 w, ("TMA load", w, tuple(id(b) for _, b in deliveries)), f"TMA load unit for {w.label}")
             issue(w.cta.grid, AsyncOp(deliver, [b for _, b in deliveries], where, agent, unit="tma.load",
-                                      nbytes=nbytes, cta=w.cta, key=tma.box_key(tmap, box)))
+                                      nbytes=nbytes, cta=w.cta, key=tma.box_key(tmap, box), tiled=True))
 
     return handler
 
@@ -294,7 +294,7 @@ def _prefetch_tensor(instr, program):
             box = coords(w, lane)
             _check(tmap, box, 0, store=False)
             if w.cta.grid.clock is not None:
-                w.cta.grid.clock.prefetch(w, tma.box_key(tmap, box), tma.box_bytes(tmap))
+                w.cta.grid.clock.prefetch(w, tma.box_key(tmap, box), tma.box_bytes(tmap), tiled=True)
 
     return handler
 

@@ -75,7 +75,10 @@ B200 = Machine("B200", "sm_100a", {
     "l2_dirty_writeback_fraction": C(0.60, "x l2_bytes", "E", "the H200's, measured (h200.py); with it a read of one "
                                      "L2's size into a dirty L2 runs at 5.2 TB/s, within [PB]'s 5.05-5.33 TB/s total for "
                                      "HBM reads after a zero-fill flush (4)"),
-    "l2_bytes_per_us": C(21.6e6, "bytes/us", "M", "21.6-22.7 TB/s, data already in L2 [PB] (4)"),
+    "hbm_tiled_efficiency": C(0.92, "x hbm rate", "E", "the H200's (h200.py: 128-byte rows walked along K against "
+                              "consecutive bytes); [SA-repo]'s 2-D table read 512-byte rows (3)"),
+    "l2_bytes_per_us": C(15.5e6, "bytes/us", "E", "TMA loads of lines in L2: [PB]'s 21.6-22.7 TB/s for LDG (4) x the "
+                         "H200's TMA / LDG ratio, both measured there (9.1 / 12.7 TB/s = 0.72: h200.py)"),
     "tma_hbm_latency": C(1000, "cycles", "E", "derived: 148 SMs x 4 KiB in flight at 1.10-1.17 TB/s "
                          "[SA-repo] throughput table = 0.53 us per round trip (3)"),
     "hbm_latency_load_factor": C(1.0, "x load^2", "M", "a TMA miss's latency x (1 + f load^2): f fitted to [SA-repo]'s "

@@ -59,7 +59,13 @@ H200 = Machine("H200", "sm_90a", {
                                      "a zero-fill flush is 38 MB / hbm_bytes_per_us x (1 - exp(-S / l2_bytes)) slower than "
                                      "after a reading flush (fit over 16 sizes, 4 MB to 1 GB, residual 0.49 us RMS); "
                                      "38 MB = 0.60 of L2; writes: no difference"),
-    "l2_bytes_per_us": C(7.25e6, "bytes/us", "H", "TMA throughput, L2-resident: 7.25 TB/s"),
+    "hbm_tiled_efficiency": C(0.92, "x hbm rate", "H", "tools/h200_l2_tma.cu 2026-11-26: TMA boxes of 128 rows x 128 B "
+                              "walked along K (rows 1024 and 3584 B apart), 4-12 loads of 16 KiB in flight per SM, "
+                              "4.14-4.29 TB/s, against 4.60-4.63 for copies of 16 consecutive KiB: 0.90-0.93"),
+    "l2_bytes_per_us": C(9.1e6, "bytes/us", "H", "tools/h200_l2_tma.cu 2026-11-26: TMA loads of lines in L2, all 132 "
+                         "SMs, distinct lines, 1-D and 2-D, 16 and 32 KiB loads, 2-12 in flight: 8.99-9.41 TB/s (one SM "
+                         "alone 133 GB/s: the limit is the chip's). The 7.25 TB/s before was the issuing loop of "
+                         "../shared/h200-microbench (a 64-bit modulo per load)"),
     "tma_hbm_latency": C(855, "cycles", "H", "TMA HBM miss, 4 KiB: median 855 cycles"),
     "hbm_latency_load_factor": C(1.8, "x load^2", "H", "a TMA miss's latency x (1 + f load^2): f fitted to the measured "
                                  "TMA throughput at 4/8/32/64 KiB in flight per SM (0.97/1.68/3.94/4.53 TB/s; the rule gives "
