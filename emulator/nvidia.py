@@ -6,8 +6,8 @@ Where the example is read from (`example_path()`), the first that exists and has
 `NvidiaExample` drives): the file or CUTLASS checkout that `NVFP4_NVIDIA_EXAMPLE` names; the copy torch ships
 under `torch/_inductor/kernel/vendored_templates/cutedsl/` (torch 2.9, 2.10, 2.12, 2.13; not 2.11); the
 copy in FlashInfer's wheel data (`flashinfer/data/cutlass/examples/python/CuTeDSL/blackwell/`: 0.6.7.post3
-and 0.6.17 carry a later form, skipped; nvidia_grouped.py finds its grouped example there). Without any, `ExampleNotFound` says in one
-line what is needed and how to get it.
+and 0.6.17 carry a later form, skipped; nvidia_grouped.py finds its grouped example there). Without any,
+`ExampleNotFound` says in one line what is needed, how to get it, and which copies it passed over.
 
 `NvidiaExample(mma_tiler_mn, cluster_mn, m, n, k)` builds the inputs on the CPU (FP4 A and B in every byte
 pattern, e4m3 scale factors drawn from both signs and a range of exponents, never all equal; C poisoned

@@ -251,4 +251,3 @@ $L_end:
     assert out[2] == 0xF  # (2^32 - 3) * 16 >> 32
     assert out[3] == 0xFFFFFFFF  # -3 * 16 >> 32, signed
     assert out[4] == 0xFD44FF33  # bytes 5, 1, 4, 0 of {b, a}
-
