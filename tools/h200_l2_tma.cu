@@ -177,6 +177,18 @@ int main() {
              tbs, ghz);
     }
   }
+  // HBM throughput against bytes in flight per SM (1-D copies of consecutive bytes): the table the clock's
+  // loaded-latency rule is fitted to (emulator/machines/h200.py), measured before with hb.cu's modulo loop
+  printf("\nH200 TMA loads from HBM against bytes in flight (1-D copies, 1 CTA per SM, L2 holding none of the source)\n");
+  printf("| KiB per load | loads in flight per SM | KiB in flight per SM | TB/s |\n");
+  printf("| --- | --- | --- | --- |\n");
+  const int in_flight[][2] = {{4, 1}, {4, 2}, {8, 1}, {16, 1}, {4, 4}, {8, 2}, {8, 4}, {16, 2}, {16, 4}, {16, 8}};
+  for (auto& row : in_flight) {
+    uint32_t kib = row[0], bytes = kib * 1024;
+    int stages = row[1], loads = (int)((512ull << 20) / bytes / sms);  // 512 MiB in all
+    double ghz, tbs = timed(none, (uint32_t)(hbm_source / bytes), bytes, sms, stages, loads, 0, 0, 1, true, &ghz);
+    printf("| %u | %d | %u | %.2f |\n", kib, stages, kib * stages, tbs);
+  }
   printf("DONE\n");
   return 0;
 }
