@@ -18,6 +18,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstdint>
+#include <algorithm>
+#include <vector>
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("ERR %s @%d\n", cudaGetErrorString(e_), __LINE__); exit(1); } } while (0)
 
 __device__ __forceinline__ uint32_t smem(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
@@ -90,6 +92,28 @@ __global__ void l2_loads(const __grid_constant__ CUtensorMap map, const char* sr
   long long t1;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
   if (blockIdx.x == 0) { span[0] = clock64() - c0; span[1] = t1 - t0; }
+}
+
+// One thread, one load at a time: the SM cycles from issue to the mbarrier's completion for `rounds` loads of
+// `box` bytes at pseudo-random chunks of a source of 2^log2_chunks chunks (L2 holding none of it: HBM misses)
+__global__ void miss_latency(const char* src, int log2_chunks, uint32_t box, int rounds, long long* cycles) {
+  __shared__ __align__(128) char buf[16384];
+  __shared__ __align__(8) uint64_t full;
+  if (threadIdx.x) return;
+  barrier_init(smem(&full));
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  uint32_t state = 12345u, parity = 0, mask = (1u << log2_chunks) - 1;
+  for (int r = 0; r < rounds; r++) {
+    state = state * 1664525u + 1013904223u;
+    const char* at = src + (size_t)((state >> 8) & mask) * box;
+    long long c0 = clock64();
+    expect(smem(&full), box);
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 :: "r"(smem(buf)), "l"(at), "r"(box), "r"(smem(&full)) : "memory");
+    barrier_wait(smem(&full), parity);
+    cycles[r] = clock64() - c0;
+    parity ^= 1;
+  }
 }
 
 // a (rows x row_bytes) byte matrix read in boxes of box_rows x 128 B, 128-byte swizzle (the GEMMs' operand boxes)
@@ -182,12 +206,36 @@ int main() {
   printf("\nH200 TMA loads from HBM against bytes in flight (1-D copies, 1 CTA per SM, L2 holding none of the source)\n");
   printf("| KiB per load | loads in flight per SM | KiB in flight per SM | TB/s |\n");
   printf("| --- | --- | --- | --- |\n");
+  double last_ghz = 0;
   const int in_flight[][2] = {{4, 1}, {4, 2}, {8, 1}, {16, 1}, {4, 4}, {8, 2}, {8, 4}, {16, 2}, {16, 4}, {16, 8}};
   for (auto& row : in_flight) {
     uint32_t kib = row[0], bytes = kib * 1024;
     int stages = row[1], loads = (int)((512ull << 20) / bytes / sms);  // 512 MiB in all
-    double ghz, tbs = timed(none, (uint32_t)(hbm_source / bytes), bytes, sms, stages, loads, 0, 0, 1, true, &ghz);
+    double tbs = timed(none, (uint32_t)(hbm_source / bytes), bytes, sms, stages, loads, 0, 0, 1, true, &last_ghz);
     printf("| %u | %d | %u | %.2f |\n", kib, stages, kib * stages, tbs);
+  }
+  // the latency of one HBM miss (the clock's tma_hbm_latency), in SM cycles and in nanoseconds at the clock
+  // the loads above ran at
+  printf("\nH200 TMA miss latency (1-D, one load at a time, random chunks of a 2 GiB source, L2 holding none of it)\n");
+  printf("| bytes | median SM cycles | p10 | p90 | median ns at %.3f GHz |\n", last_ghz);
+  printf("| --- | --- | --- | --- | --- |\n");
+  for (uint32_t bytes : {4096u, 16384u}) {
+    const int rounds = 400;
+    long long* cycles;
+    CK(cudaMalloc(&cycles, rounds * sizeof(long long)));
+    l2_loads<<<sms, 32, 200 * 1024>>>(none, other, evict / 16384, 16384, 4, (int)(evict / 16384 / sms), 0, 0, 1, span);
+    int log2_chunks = 0;
+    while ((1ull << (log2_chunks + 1)) * bytes <= hbm_source) log2_chunks++;
+    miss_latency<<<1, 32>>>(src, log2_chunks, bytes, rounds, cycles);
+    CK(cudaDeviceSynchronize());
+    std::vector<long long> h(rounds);
+    CK(cudaMemcpy(h.data(), cycles, rounds * sizeof(long long), cudaMemcpyDeviceToHost));
+    std::vector<long long> v(h.begin() + 8, h.end());
+    std::sort(v.begin(), v.end());
+    long long median = v[v.size() / 2];
+    printf("| %u | %lld | %lld | %lld | %.0f |\n", bytes, median, v[v.size() / 10], v[v.size() * 9 / 10],
+           median / last_ghz);
+    CK(cudaFree(cycles));
   }
   printf("DONE\n");
   return 0;

@@ -66,11 +66,14 @@ H200 = Machine("H200", "sm_90a", {
                          "SMs, distinct lines, 1-D and 2-D, 16 and 32 KiB loads, 2-12 in flight: 8.99-9.41 TB/s (one SM "
                          "alone 133 GB/s: the limit is the chip's). The 7.25 TB/s before was the issuing loop of "
                          "../shared/h200-microbench (a 64-bit modulo per load)"),
-    "tma_hbm_latency": C(855, "cycles", "H", "TMA HBM miss, 4 KiB: median 855 cycles"),
-    "hbm_latency_load_factor": C(1.8, "x load^2", "H", "a TMA miss's latency x (1 + f load^2): f fitted to the measured "
-                                 "TMA throughput at 4/8/32/64 KiB in flight per SM (0.97/1.68/3.94/4.53 TB/s; the rule gives "
-                                 "+3/+3/-3/0%, a fixed latency +12/+29/+15/0%; the 16 KiB row, 1.89, is left out: below "
-                                 "its neighbours' trend)"),
+    "tma_hbm_latency": C(746, "cycles", "H", "TMA HBM miss, 4 KiB: median 859 SM cycles at the 1.98 GHz the H200 runs "
+                         "TMA-only kernels at = 434 ns (tools/h200_l2_tma.cu 2026-11-26; ../shared/h200-microbench: 855), "
+                         "746 cycles at this description's 1.72 GHz: DRAM's latency is in nanoseconds"),
+    "hbm_latency_load_factor": C(1.5, "x load^2", "H", "a TMA miss's latency x (1 + f load^2): f fitted (least squares) "
+                                 "to the measured TMA throughput at 4/8/16/32/64 KiB in flight per SM (tools/h200_l2_tma.cu "
+                                 "2026-11-26: 1.10/1.91/3.08/4.25/4.49 TB/s, splits averaged; the rule gives "
+                                 "+3/+2/-3/0/+1%, a fixed latency +13/+31/+47/+7/+1%). It was 1.8 with 855 cycles, fitted "
+                                 "to ../shared/h200-microbench's table, whose issuing loop capped its small loads"),
     "tma_l2_latency": C(367, "cycles", "H", "TMA L2 hit, 4 KiB: 367 cycles"),
     "tma_store_latency": C(500, "cycles", "E", "no figure"),
     "launch_gap_us": C(0.93, "us", "H", "kernel boundary gap 928 ns median without PDL"),
