@@ -188,6 +188,37 @@ def l1_address_reader(instr, program):
     return lsu_address_reader(instr, program)
 
 
+# What ptxas issues once per warp whatever lanes are active (SASS: UTCQMMA, UTCCP, UTCBAR, UTMALDG, UTMAPF,
+# and the uniform-datapath U* arithmetic that feeds them), and the scalar arithmetic it moves there.
+WARP_UNIFORM_OPS = ("tcgen05.mma", "tcgen05.cp", "tcgen05.commit", "tcgen05.shift", "cp.async.bulk.tensor",
+                    "cp.async.bulk.prefetch.tensor")
+SCALAR_FAMILIES = ("mov", "add", "sub", "mul", "mad", "shl", "shr", "and", "or", "xor", "not", "selp", "setp",
+                   "cvt", "cvta")
+
+
+def folded_elections(program) -> list:
+    """Instruction indices that ptxas compiles away: `elect.sync` / `not.pred` / `@p bra` (the DSL's guard of
+    an instruction one thread issues) around a block of warp-uniform tensor-core and TMA issues and their
+    scalar operands. Those SASS instructions issue once per warp, so no ELECT is needed: in this project's
+    kernel (`tools/inspect_sm100.py --keep`) the MMA warp's k-tile is 13 such guards in PTX and none in SASS
+    (102 elect.sync in PTX, 22 ELECT in SASS, each left before a per-thread mbarrier arrive)."""
+    instructions = program.kernel.instructions
+    folded = []
+    for i in range(len(instructions) - 2):
+        elect, negate, branch = instructions[i:i + 3]
+        if not (elect.opcode.startswith("elect.sync") and negate.opcode.startswith("not.pred")
+                and branch.opcode.startswith("bra") and branch.guard and branch.operands):
+            continue
+        target = program.kernel.labels.get(branch.operands[0].name)
+        if target is None or target <= i + 2:
+            continue
+        block = instructions[i + 3:target]
+        if block and all(op.opcode.startswith(WARP_UNIFORM_OPS) or op.opcode.split(".")[0] in SCALAR_FAMILIES
+                         for op in block):
+            folded.extend((i, i + 1, i + 2))
+    return folded
+
+
 def result_latencies(program, machine) -> list:
     """Per instruction index: the cycles from its issue until its result registers may be read (the
     class's `latency_*`; an instruction with no result class reads as its issue cost)."""
@@ -329,6 +360,8 @@ class ProgramTables:
         instructions = program.kernel.instructions
         self.costs = instruction_costs(program, machine)
         self.latencies = result_latencies(program, machine)
+        for index in folded_elections(program):
+            self.costs[index] = self.latencies[index] = 0.0
         effects = [register_effects(i, program.register_index) for i in instructions]
         # a register being written is waited for too (write after write: the hardware's scoreboard)
         self.waits_on = [tuple(sorted(set(r) | set(w))) for r, w in effects]
