@@ -209,6 +209,10 @@ def folded_elections(program) -> list:
         if not (elect.opcode.startswith("elect.sync") and negate.opcode.startswith("not.pred")
                 and branch.opcode.startswith("bra") and branch.guard and branch.operands):
             continue
+        elected = _names(elect.operands[0])[-1]  # elect.sync %r|%p: the elected lane's predicate
+        skip = _names(negate.operands[0])
+        if _names(negate.operands[1]) != [elected] or len(skip) != 1 or branch.guard != (skip[0], False):
+            continue
         target = program.kernel.labels.get(branch.operands[0].name)
         if target is None or target <= i + 2:
             continue

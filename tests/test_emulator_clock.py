@@ -96,8 +96,10 @@ def test_an_elect_guard_costs_what_ptxas_leaves_of_it():
     plain = timed_cycles(LOOP.replace("$L_loop:\n", "$L_loop:\n" + scalar), out, 20)
     assert timed_cycles(_elected_loop(scalar), out, 20) == pytest.approx(plain)
     assert (out == 20).all()
-    for block, folded in ((scalar, 3), (arrive, 0)):
-        kernel = next(iter(parse_module(HEADER.format(threads=32) + _elected_loop(block) + "\n}\n").values()))
+    # the guard must branch on the elect's own negated predicate
+    unrelated = _elected_loop(scalar).replace("not.pred %p3, %p2", "not.pred %p3, %p1")
+    for text, folded in ((_elected_loop(scalar), 3), (_elected_loop(arrive), 0), (unrelated, 0)):
+        kernel = next(iter(parse_module(HEADER.format(threads=32) + text + "\n}\n").values()))
         assert len(folded_elections(SimpleNamespace(kernel=kernel))) == folded
 
 
