@@ -72,7 +72,7 @@ import numpy as np
 
 from .errors import EmulatorError, HangError
 from .machine import PollWait, Wait
-from .ptx import _registers
+from .ptx import _registers, branch_target
 from .tcgen05 import COLUMNS as TMEM_COLUMNS
 
 RUN, EVENT, TIMEOUT, LAUNCH, COMPLETE = 0, 1, 2, 3, 4
@@ -213,8 +213,8 @@ def folded_elections(program) -> list:
         skip = _names(negate.operands[0])
         if _names(negate.operands[1]) != [elected] or len(skip) != 1 or branch.guard != (skip[0], False):
             continue
-        target = program.kernel.labels.get(branch.operands[0].name)
-        if target is None or target <= i + 2:
+        target = branch_target(program.kernel, branch)
+        if target <= i + 2:
             continue
         block = instructions[i + 3:target]
         if block and all(op.opcode.startswith(WARP_UNIFORM_OPS) or op.opcode.split(".")[0] in SCALAR_FAMILIES
