@@ -91,6 +91,21 @@ descriptors (prefetch.tensormap): neither depends on the previous grid (the sche
 written when the plan is built). Around the accumulator hand-offs, tcgen05.fence::
 after_thread_sync follows each wait and ::before_thread_sync precedes the epilogue's release.
 
+Warmers (warmers=on). The schedule gives each job one worker and leaves the rest of the
+co-resident pairs without a tile: 14 and 10 of 74 on benchmarks 3 and 4 (60 and 64 jobs), none on
+1 and 2. Those pairs are launched anyway, first (the lowest cluster indices), as warmers: every
+warp of both CTAs takes every (warmers x 6)-th record and issues cp.async.bulk.prefetch.tensor of
+the boxes that record's pair will load (a weight block's on its first token tile, a token tile's
+on its first weight block; every k-tile while the call's distinct inputs per k-tile fit
+WARM_L2_BYTES), then the warmer leaves without waiting for the previous grid. With PDL the next
+call launches while this one runs, and its warmers take the SMs this call leaves idle: its inputs
+come into L2 during this call's mainloop, so its first loads hit L2 (about 340 cycles) instead of
+missing to HBM under the whole chip's first requests (about 1 us). Prefetch is a hint and L2 the
+point of coherence: nothing reaches shared memory before griddepcontrol.wait. Only a B200 shows
+that its block dispatcher places the warmers first and on the SMs the previous call left idle (the
+timed emulator dispatches clusters in index order onto free pairs) and that the host has enqueued
+the next call by then (the board's loop of 15 calls).
+
 Epilogue ("tma_last": direct stores, the worker's last tile through a TMA store). C is [M, N]
 with N contiguous and the accumulator holds C^T, so a lane owns one weight column n and 32
 consecutive token rows. Every tile but a worker's last is stored from registers: neighbouring
@@ -191,6 +206,10 @@ Departures from NVIDIA's dense_blockscaled_gemm_persistent.py (cutlass v4.3.5), 
   l2_prefetch     off      off     no prefetch                      cp.async.bulk.prefetch.L2 of
                                                                     the first record before the
                                                                     dependency wait
+  warmers         on       off     a grid of the workers with       workers without records in the
+                                   tiles only                       grid (first), TMA tensor
+                                                                    prefetch (cute.prefetch) by
+                                                                    every warp, no dependency wait
 Departures no switch removes (SM100_SAFE keeps them): one launch for all groups with one TMA
 atom per group and operand; a tile's trip count and token range from the host's table; token
 boxes partly past M, zero-filled by the TMA. The direct stores (st.global predicated on M) are
@@ -1224,6 +1243,11 @@ class Sm100Config:
     # weight scales, tokens and token scales into L2 (cp.async.bulk.prefetch.L2): L2 is the GPU's
     # point of coherence, so the loads after the wait still read whatever the previous grid wrote.
     l2_prefetch: bool = False
+    # Warm L2 from idle SMs: the co-resident workers the schedule leaves without a tile launch
+    # first, as warmers, and prefetch the call's inputs into L2 by the loads' own TMA boxes
+    # (cp.async.bulk.prefetch.tensor), then exit. With PDL they start on the SMs the previous
+    # call leaves idle, so the call's first loads hit L2 instead of waiting on HBM.
+    warmers: bool = True
 
     def __post_init__(self):
         if self.cta_group not in (1, 2):
@@ -1325,7 +1349,7 @@ def _config_value(value) -> str:
 SM100_SHIPPED = Sm100Config()
 SM100_SAFE = Sm100Config(
     cta_group=1, token_variants=(128,), multicast=False, pdl=False, l2_hints=False, epilogue="atoms",
-    descriptors="branch", jobs="hybrid",
+    descriptors="branch", jobs="hybrid", warmers=False,
 )
 
 
@@ -1762,6 +1786,19 @@ class Sm100GroupedGemm:
         tiles = gmem_matrix(cutlass.Int32, args.tiles, args.num_tiles, len(RECORD_FIELDS))
         worker_tiles = gmem_matrix(cutlass.Int32, args.worker_tiles, args.num_workers, 2)
         walk = (tiles, worker_tiles[worker, 0], worker_tiles[worker, 1])
+        if cutlass.const_expr(self.config.warmers):
+            if worker < args.warmers:
+                # A warmer has no records: all its warps share the call's prefetches.
+                _, tAgA, _, tAgSFA, _, tBgSFB, token_parts = self._load_partitions(
+                    weight_atoms, token_atoms, weight_sf_atoms, token_sf_atoms, coords, smem, cta_coord_vmnk,
+                    cta_coord_sfb_vmnk,
+                )
+                warps = THREADS_PER_CTA // 32
+                self._warm_l2(
+                    args, tiles, worker * warps + warp_idx, args.warmers * warps,
+                    (tAgA, tAgSFA, tBgSFB, [part[1] for part in token_parts]),
+                    (weight_atoms, weight_sf_atoms, token_sf_atoms, token_atoms),
+                )
         pipeline.pipeline_init_wait(cluster_shape_mn=self.cluster_shape_mn)
 
         if warp_idx == TMA_WARP:
@@ -1796,6 +1833,64 @@ class Sm100GroupedGemm:
         the token scales (with multicast: half of them, sent to both CTAs of the pair). Waits on:
         the stage's empty barrier (signalled by the leader's MMA commit). Signals: the leader's
         full barrier (expect-tx)."""
+        tAsA, tAgA, tAsSFA, tAgSFA, tBsSFB, tBgSFB, token_parts = self._load_partitions(
+            weight_atoms, token_atoms, weight_sf_atoms, token_sf_atoms, coords, smem, cta_coord_vmnk, cta_coord_sfb_vmnk
+        )
+        sfb_mask = None
+        if cutlass.const_expr(self.config.multicast):
+            sfb_mask = cpasync.create_tma_multicast_mask(self.cluster_layout_sfb_vmnk, cta_coord_sfb_vmnk, mcast_mode=1)
+        read_once = read_normal = read_again = None
+        if cutlass.const_expr(self.config.l2_hints):
+            read_once, read_normal, read_again = _l2_policy("first"), _l2_policy("normal"), _l2_policy("last")
+
+        tiles, begin, end = walk
+        if cutlass.const_expr(self.config.prefetch):
+            # Neither the schedule nor the descriptors depend on the previous grid: read the first
+            # record and prefetch its group's descriptors while that grid may still run.
+            if begin < end:
+                self._prefetch_descriptors(tiles[begin, 0], weight_atoms, token_atoms, weight_sf_atoms, token_sf_atoms)
+        if cutlass.const_expr(self.config.l2_prefetch):
+            if begin < end:
+                self._prefetch_l2(args, tiles, begin, is_leader_cta)
+        if cutlass.const_expr(self.config.pdl):
+            # The kernel before this one in the stream (the previous call, or whatever wrote the
+            # inputs) may still be running; its writes are visible only after this wait. Every
+            # other role of the kernel depends on these loads; a worker without records (a
+            # warmer) reads and writes nothing and leaves without waiting.
+            if begin < end:
+                cute.arch.griddepcontrol_wait()
+        state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
+        for t in range(begin, end):
+            g, n0, t0, variant_index = tiles[t, 0], tiles[t, 1], tiles[t, 2], tiles[t, 3]
+            # The record's first and end k-tile (a whole tile's first is 0 at compile time: its loop as before).
+            k_tiles = (tiles[t, 8] // K_TILE if cutlass.const_expr(self.config.jobs == "stream") else 0, tiles[t, 6] // K_TILE)
+            read_weights = None
+            if cutlass.const_expr(self.config.l2_hints):
+                # The last tile of a weight block's sole reader streams it evict-first; other tiles
+                # keep it in L2 for the next token tile.
+                read_weights = cutlass.Int64(cutlass.select_(tiles[t, 7] != 0, read_once, read_normal))
+            block = n0 // self.config.weight_rows
+            # (gmem k-tiles, smem stages, L2 policy, multicast mask) per operand, in the order of
+            # the atoms passed to _copies_of_group: weights, weight scales, token scales, tokens
+            slices = (
+                (tAgA[(None, block, None, 0)], tAsA, read_weights, None),
+                (tAgSFA[(None, block, None, 0)], tAsSFA, read_weights, None),
+                (tBgSFB[(None, t0 // TOKEN_CHUNK, None, 0)], tBsSFB, read_again, sfb_mask),
+            )
+            for v in cutlass.range_constexpr(len(self.variants)):
+                if variant_index == v:
+                    state = self._load_variant(
+                        ab_pipeline, state, v, g, t0, k_tiles, slices, token_parts[v],
+                        (weight_atoms, weight_sf_atoms, token_sf_atoms, token_atoms[v]), read_again, is_leader_cta,
+                    )
+        ab_pipeline.producer_tail(state)
+
+    @cute.jit
+    def _load_partitions(
+        self, weight_atoms, token_atoms, weight_sf_atoms, token_sf_atoms, coords, smem, cta_coord_vmnk, cta_coord_sfb_vmnk
+    ):
+        """This CTA's TMA partitions, (smem stages, gmem k-tiles) of the weights, the weight scales,
+        the token scales (its multicast half) and the tokens of each variant."""
         tma_w, tma_tokens, tma_wsf, tma_tsf = coords
         widest = self.variants[-1]
         v_coord = cta_coord_vmnk[0]
@@ -1834,52 +1929,7 @@ class Sm100GroupedGemm:
                 ),
             )
             token_parts.append((tBsB, tBgB))
-        sfb_mask = None
-        if cutlass.const_expr(self.config.multicast):
-            sfb_mask = cpasync.create_tma_multicast_mask(self.cluster_layout_sfb_vmnk, cta_coord_sfb_vmnk, mcast_mode=1)
-        read_once = read_normal = read_again = None
-        if cutlass.const_expr(self.config.l2_hints):
-            read_once, read_normal, read_again = _l2_policy("first"), _l2_policy("normal"), _l2_policy("last")
-
-        tiles, begin, end = walk
-        if cutlass.const_expr(self.config.prefetch):
-            # Neither the schedule nor the descriptors depend on the previous grid: read the first
-            # record and prefetch its group's descriptors while that grid may still run.
-            if begin < end:
-                self._prefetch_descriptors(tiles[begin, 0], weight_atoms, token_atoms, weight_sf_atoms, token_sf_atoms)
-        if cutlass.const_expr(self.config.l2_prefetch):
-            if begin < end:
-                self._prefetch_l2(args, tiles, begin, is_leader_cta)
-        if cutlass.const_expr(self.config.pdl):
-            # The kernel before this one in the stream (the previous call, or whatever wrote the
-            # inputs) may still be running; its writes are visible only after this wait. Every
-            # other role of the kernel depends on these loads.
-            cute.arch.griddepcontrol_wait()
-        state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
-        for t in range(begin, end):
-            g, n0, t0, variant_index = tiles[t, 0], tiles[t, 1], tiles[t, 2], tiles[t, 3]
-            # The record's first and end k-tile (a whole tile's first is 0 at compile time: its loop as before).
-            k_tiles = (tiles[t, 8] // K_TILE if cutlass.const_expr(self.config.jobs == "stream") else 0, tiles[t, 6] // K_TILE)
-            read_weights = None
-            if cutlass.const_expr(self.config.l2_hints):
-                # The last tile of a weight block's sole reader streams it evict-first; other tiles
-                # keep it in L2 for the next token tile.
-                read_weights = cutlass.Int64(cutlass.select_(tiles[t, 7] != 0, read_once, read_normal))
-            block = n0 // self.config.weight_rows
-            # (gmem k-tiles, smem stages, L2 policy, multicast mask) per operand, in the order of
-            # the atoms passed to _copies_of_group: weights, weight scales, token scales, tokens
-            slices = (
-                (tAgA[(None, block, None, 0)], tAsA, read_weights, None),
-                (tAgSFA[(None, block, None, 0)], tAsSFA, read_weights, None),
-                (tBgSFB[(None, t0 // TOKEN_CHUNK, None, 0)], tBsSFB, read_again, sfb_mask),
-            )
-            for v in cutlass.range_constexpr(len(self.variants)):
-                if variant_index == v:
-                    state = self._load_variant(
-                        ab_pipeline, state, v, g, t0, k_tiles, slices, token_parts[v],
-                        (weight_atoms, weight_sf_atoms, token_sf_atoms, token_atoms[v]), read_again, is_leader_cta,
-                    )
-        ab_pipeline.producer_tail(state)
+        return tAsA, tAgA, tAsSFA, tAgSFA, tBsSFB, tBgSFB, token_parts
 
     @cute.jit
     def _load_variant(self, ab_pipeline, state, v, g, t0, k_tiles, slices, token_part, group_atoms, read_again, is_leader_cta):
@@ -1919,6 +1969,38 @@ class Sm100GroupedGemm:
                 _prefetch_bulk_l2(select_by_group(g, args.a) + cutlass.Int64(t0) * row_bytes, (m_end - t0) * row_bytes)
                 _prefetch_bulk_l2(select_by_group(g, args.sfa) + cutlass.Int64(t0 // SF_BLOCK_ROWS) * scale_block_bytes,
                                   scale_block_bytes)
+
+    @cute.jit
+    def _warm_l2(self, args, tiles, first, step, sources, atoms):
+        """One warmer warp's prefetches into L2 (cp.async.bulk.prefetch.tensor): of records
+        first, first + step, ..., their first warm_k_tiles k-tiles, the boxes this CTA's
+        counterpart in a working pair loads (`sources`: this CTA's partitions of the weights,
+        weight scales, token scales and tokens per variant), each box once: a weight block's on
+        its first token tile, a token tile's on its first weight block. Prefetch is a hint and L2
+        the point of coherence, so it needs no wait for the previous grid."""
+        weights, weight_scales, token_scales, tokens = sources
+        weight_atoms, weight_sf_atoms, token_sf_atoms, token_atoms = atoms
+        for t in range(first, args.num_tiles, step):
+            g, n0, t0, variant_index = tiles[t, 0], tiles[t, 1], tiles[t, 2], tiles[t, 3]
+            k_first = tiles[t, 8] // K_TILE if cutlass.const_expr(self.config.jobs == "stream") else 0
+            # a record that brings no box first (neither its weight block's nor its token tile's) none
+            k_end = cutlass.min(tiles[t, 6] // K_TILE, k_first + args.warm_k_tiles)
+            if t0 != 0 and n0 != 0:
+                k_end = k_first
+            for k in range(k_first, k_end):
+                block = n0 // self.config.weight_rows
+                for group in cutlass.range_constexpr(self.num_groups):
+                    if g == group:
+                        if t0 == 0:
+                            cute.prefetch(weight_atoms[group], weights[(None, block, k, 0)])
+                            cute.prefetch(weight_sf_atoms[group], weight_scales[(None, block, k, 0)])
+                        if n0 == 0:
+                            cute.prefetch(token_sf_atoms[group], token_scales[(None, t0 // TOKEN_CHUNK, k, 0)])
+                            for v in cutlass.range_constexpr(len(self.variants)):
+                                if variant_index == v:
+                                    cute.prefetch(
+                                        token_atoms[v][group], tokens[v][(None, t0 // self.variants[v].tokens, k, 0)]
+                                    )
 
     @cute.jit
     def _prefetch_descriptors(self, g, weight_atoms, token_atoms, weight_sf_atoms, token_sf_atoms):
@@ -2390,7 +2472,8 @@ def _sm100_args_layout(num_groups: int) -> LaunchArgs:
     """Empty launch arguments of the B200 kernel for `num_groups` groups (compiling needs only
     their layout)."""
     return LaunchArgs(
-        num_groups, addresses=("tiles", "worker_tiles", "workspace", "partial_counts"), integers=("num_tiles", "num_workers")
+        num_groups, addresses=("tiles", "worker_tiles", "workspace", "partial_counts"),
+        integers=("num_tiles", "num_workers", "warmers", "warm_k_tiles"),
     )
 
 
@@ -2412,7 +2495,10 @@ def compile_sm100(num_groups: int, config: Sm100Config | None = None):
 def sm100_launch_args(sizes, device, config: Sm100Config):
     """One shape signature's launch arguments and the device tables they point to: its schedule
     over the device's workers, the sizes. The inputs' addresses arrive per call (ShapePlan.run)."""
-    records, offsets = sm100_schedule(sizes, DEVICE.co_resident_workers(device, config.cta_group), config)
+    co_resident = DEVICE.co_resident_workers(device, config.cta_group)
+    records, offsets = sm100_schedule(sizes, co_resident, config)
+    warmers, warm_k_tiles = warm_l2_plan(sizes, len(offsets), co_resident, config)
+    offsets = [[0, 0]] * warmers + offsets  # the warmers launch first (lowest cluster indices)
     tiles = torch.tensor(records, dtype=torch.int32, device=device)
     worker_tiles = torch.tensor(offsets, dtype=torch.int32, device=device)
     args = _sm100_args_layout(len(sizes))
@@ -2421,12 +2507,33 @@ def sm100_launch_args(sizes, device, config: Sm100Config):
     args.set("worker_tiles", worker_tiles.data_ptr())
     args.set("num_tiles", len(records))
     args.set("num_workers", len(offsets))
+    args.set("warmers", warmers)
+    args.set("warm_k_tiles", warm_k_tiles)
     workspace, partial_counts = partial_scratch(
         records, config.cta_group * PARTIAL_CTA_BYTES, config.cta_group * len(EPILOGUE_WARPS), device
     )
     args.set("workspace", workspace.data_ptr())
     args.set("partial_counts", partial_counts.data_ptr())
     return args, (tiles, worker_tiles, workspace, partial_counts)
+
+
+# What warmers may bring into L2 for one call: a quarter of the B200's 126.5 MiB, so that the call
+# before, which is still reading its own inputs from L2, keeps them.
+WARM_L2_BYTES = 32 << 20
+
+
+def warm_l2_plan(sizes, busy_workers: int, co_resident: int, config: Sm100Config) -> tuple:
+    """(warmers, k-tiles each record is warmed for) of `config` on `sizes`: every co-resident worker
+    the schedule leaves idle, and as many of every record's first k-tiles as the call's distinct
+    input bytes per k-tile (weights, tokens and their scales) fit WARM_L2_BYTES; (0, 0) when the
+    switch is off or no worker is idle."""
+    warmers = co_resident - busy_workers if config.warmers else 0
+    if warmers <= 0:
+        return 0, 0
+    per_k_tile = sum((n + _ceil_div(m, SF_BLOCK_ROWS) * SF_BLOCK_ROWS) * (K_TILE // 2 + K_TILE // SF_VEC_SIZE)
+                     for m, n, _ in sizes)
+    k_tiles = max(k for _, _, k in sizes) // K_TILE
+    return warmers, max(1, min(k_tiles, WARM_L2_BYTES // per_k_tile))
 
 
 def make_sm100_launch(sizes, device, config: Sm100Config) -> CompiledLaunch:

@@ -327,7 +327,7 @@ def test_configurations_follow_the_submission():
 # both) each other policy.
 SINGLE_SWITCHES = ("cta_group=1", "token_variants=128", "multicast=off", "pdl=off", "l2_hints=off", "epilogue=atoms",
                    "epilogue=tma", "epilogue=ptx", "descriptors=branch", "prefetch=off", "jobs=hybrid",
-                   "jobs=weight_blocks", "jobs=stream", "l2_prefetch=on")
+                   "jobs=weight_blocks", "jobs=stream", "l2_prefetch=on", "warmers=off")
 COVERAGE = (  # (--groups, --config ...): issue 14's list
     ("1,2,3,4,5,8,16,32", ("shipped",)),
     ("2,8", ("safe",)),

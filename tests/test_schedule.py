@@ -213,6 +213,21 @@ def test_b200_tile_jobs_fill_the_pairs_on_benchmarks_3_and_4():
         assert len(offsets) == {"benchmarks2": 24, "benchmarks3": 32}[name]
 
 
+def test_b200_warmers_are_the_pairs_the_schedule_leaves_idle():
+    """warmers=on: benchmarks 1 and 2 fill all 74 pairs and have none; benchmarks 3 and 4 have the 14 and
+    10 idle pairs, warming every k-tile (their distinct inputs per k-tile, 0.98 and 1.25 MB, fit the budget
+    16 and 6 times over K); a budget smaller than K's warms fewer k-tiles; the switch off, none."""
+    warm = dataclasses.replace(submission.SM100_SHIPPED, warmers=True)
+    for name, (warmers, k_tiles) in (("benchmarks0", (0, 0)), ("benchmarks1", (0, 0)),
+                                     ("benchmarks2", (14, 16)), ("benchmarks3", (10, 6))):
+        _, offsets = submission.sm100_schedule(SHAPES[name], 74, warm)
+        assert submission.warm_l2_plan(SHAPES[name], len(offsets), 74, warm) == (warmers, k_tiles), name
+        off = dataclasses.replace(warm, warmers=False)
+        assert submission.warm_l2_plan(SHAPES[name], len(offsets), 74, off) == (0, 0)
+    # one group of 1 x 28672 x 4096: 28672 + 128 rows x 144 bytes per k-tile, 4.1 MB; 8 of 16 k-tiles fit 32 MiB
+    assert submission.warm_l2_plan([(1, 28672, 4096)], 112, 148, warm) == (36, 8)
+
+
 @pytest.mark.parametrize("jobs", ["weight_blocks", "stream"])
 @pytest.mark.parametrize("name", sorted(SHAPES))
 def test_h200_flipped_jobs_write_every_output_once(name, jobs):
