@@ -210,6 +210,7 @@ Departures from NVIDIA's dense_blockscaled_gemm_persistent.py (cutlass v4.3.5), 
                                    tiles only                       grid (first), TMA tensor
                                                                     prefetch (cute.prefetch) by
                                                                     every warp, no dependency wait
+                                                                    (off with jobs="stream")
 Departures no switch removes (SM100_SAFE keeps them): one launch for all groups with one TMA
 atom per group and operand; a tile's trip count and token range from the host's table; token
 boxes partly past M, zero-filled by the TMA. The direct stores (st.global predicated on M) are
@@ -1260,6 +1261,9 @@ class Sm100Config:
         object.__setattr__(self, "token_variants", tuple(self.token_variants))
         # Without a pair there is nothing to multicast to: cta_group 1 turns multicast off.
         object.__setattr__(self, "multicast", bool(self.multicast) and self.cta_group == 2)
+        # jobs="stream" turns warmers off: its kernel with them spills (29 LDL, 14 STL: the summing
+        # epilogue leaves no registers for the warmers' walk; tools/inspect_sm100.py, DSL 4.3.5).
+        object.__setattr__(self, "warmers", bool(self.warmers) and self.jobs != "stream")
 
     @property
     def weight_rows(self) -> int:
