@@ -120,8 +120,13 @@ def test_config_reaches_the_hopper_switches(monkeypatch):
     assert submission.sm100_config().pdl is False and sm90_kernel.SCHEDULE.jobs == "tiles"
     emulate.hopper_config(submission, "shipped,jobs=weight_blocks")
     assert submission.sm100_config().pdl is True and sm90_kernel.SCHEDULE.jobs == "weight_blocks"
+    # jobs=stream turns the B200's warmers off too: that is jobs' doing, not a foreign change
+    emulate.hopper_config(submission, "shipped,jobs=stream")
+    assert sm90_kernel.SCHEDULE.jobs == "stream"
     with pytest.raises(ValueError, match="multicast has no counterpart"):
         emulate.hopper_config(submission, "shipped,multicast=off")
+    with pytest.raises(ValueError, match="warmers has no counterpart"):
+        emulate.hopper_config(submission, "shipped,warmers=off")
 
 
 def test_one_small_case_passes():

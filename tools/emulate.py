@@ -385,6 +385,8 @@ def hopper_config(S, text: str):
 
     config = S.sm100_config(text)
     base = S.sm100_config(text.split(",")[0] if "=" not in text.split(",")[0] else "shipped")
+    # what pdl and jobs alone make of the base (jobs="stream" also turns warmers off)
+    base = dataclasses.replace(base, pdl=config.pdl, jobs=config.jobs)
     named = {part.split("=")[0].strip() for part in text.split(",") if "=" in part}
     foreign = sorted(f.name for f in dataclasses.fields(config)
                      if f.name not in ("pdl", "jobs") and (f.name in named or getattr(config, f.name) !=
