@@ -1986,12 +1986,12 @@ class Sm100GroupedGemm:
         weight_atoms, weight_sf_atoms, token_sf_atoms, token_atoms = atoms
         for t in range(first, args.num_tiles, step):
             g, n0, t0, variant_index = tiles[t, 0], tiles[t, 1], tiles[t, 2], tiles[t, 3]
-            k_first = tiles[t, 8] // K_TILE if cutlass.const_expr(self.config.jobs == "stream") else 0
-            # a record that brings no box first (neither its weight block's nor its token tile's) none
-            k_end = cutlass.min(tiles[t, 6] // K_TILE, k_first + args.warm_k_tiles)
+            # whole-K records only (jobs="stream", which cuts K, turns warmers off); a record that is
+            # neither its weight block's first token tile nor its token tile's first block brings none
+            k_end = cutlass.min(tiles[t, 6] // K_TILE, args.warm_k_tiles)
             if t0 != 0 and n0 != 0:
-                k_end = k_first
-            for k in range(k_first, k_end):
+                k_end = 0
+            for k in range(0, k_end):
                 block = n0 // self.config.weight_rows
                 for group in cutlass.range_constexpr(self.num_groups):
                     if g == group:
@@ -2498,7 +2498,7 @@ def compile_sm100(num_groups: int, config: Sm100Config | None = None):
 
 def sm100_launch_args(sizes, device, config: Sm100Config):
     """One shape signature's launch arguments and the device tables they point to: its schedule
-    over the device's workers, the sizes. The inputs' addresses arrive per call (ShapePlan.run)."""
+    over the device's workers (the warmers first, warm_l2_plan), the sizes. The inputs' addresses arrive per call (ShapePlan.run)."""
     co_resident = DEVICE.co_resident_workers(device, config.cta_group)
     records, offsets = sm100_schedule(sizes, co_resident, config)
     warmers, warm_k_tiles = warm_l2_plan(sizes, len(offsets), co_resident, config)
