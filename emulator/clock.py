@@ -106,6 +106,9 @@ def cost_class(instr) -> str:
         return "cost_shfl"
     if op.startswith("mbarrier"):
         return "cost_mbarrier"
+    if op.startswith("bar.warp.sync"):
+        # a warp's own convergence point, not a CTA barrier: ptxas leaves a NOP or WARPSYNC of a converged warp
+        return "cost_warp_sync"
     if op.startswith(("bar.", "barrier.sync", "barrier.arrive")):
         return "cost_named_barrier"
     if op.startswith("barrier.cluster.arrive"):

@@ -350,6 +350,21 @@ def test_a_cluster_sync_costs_the_measured_arrive_and_wait_pair_once():
     assert per_sync == pytest.approx(B200.cost_cluster_barrier + B200.cost_mbarrier)
 
 
+def test_a_warp_sync_costs_the_measured_cycle_not_a_cta_barrier():
+    """A loop with bar.warp.sync in it: each sync costs cost_warp_sync (1 cycle, measured on an H100 by
+    tools/hopper_warp_ops.cu), not the 128-thread bar.sync's 21 cycles that the clock charged it before,
+    while a bar.sync in the same place still costs the named barrier's."""
+    out = np.zeros(32, np.int32)
+    plain = timed_cycles(LOOP, out, 30) - timed_cycles(LOOP, out, 10)
+    per_sync = {}
+    for barrier in ("bar.warp.sync -1", "bar.sync 1, 32"):
+        loop = LOOP.replace("$L_loop:\n", f"$L_loop:\n\t{barrier};\n")
+        per_sync[barrier] = (timed_cycles(loop, out, 30) - timed_cycles(loop, out, 10) - plain) / 20
+        assert (out == 10).all()
+    assert per_sync["bar.warp.sync -1"] == pytest.approx(B200.cost_warp_sync) == pytest.approx(1.0)
+    assert per_sync["bar.sync 1, 32"] == pytest.approx(B200.cost_named_barrier)
+
+
 def test_a_hang_is_still_reported_in_timed_mode():
     """Planted defect: a consumer waits on an mbarrier nobody arrives at. The try_wait time limit wakes it,
     it spins, and the clock reports the hang instead of looping."""
@@ -435,6 +450,8 @@ def test_instruction_classes():
     assert cost_class(I(opcode="add.s32")) == "cost_alu"
     assert cost_class(I(opcode="barrier.cluster.arrive.relaxed.aligned")) == "cost_mbarrier"
     assert cost_class(I(opcode="barrier.cluster.wait.aligned")) == "cost_cluster_barrier"
+    assert cost_class(I(opcode="bar.warp.sync")) == "cost_warp_sync"
+    assert cost_class(I(opcode="bar.sync")) == "cost_named_barrier"
 
 
 # --------------------------------------------------------------------------------------------------

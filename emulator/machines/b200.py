@@ -27,6 +27,8 @@ B200 = Machine("B200", "sm_100a", {
     "cost_named_barrier": C(21, "cycles", "E", "H200 bar.sync of 128 threads: 20.7 cycles (Table 2)"),
     "cost_cluster_barrier": C(323, "cycles", "E", "H200 barrier.cluster arrive + wait: 323 cycles (Table 2), "
                               "charged on the wait (the arrive issues as an mbarrier arrive)"),
+    "cost_warp_sync": C(1, "cycles", "E", "the H100's bar.warp.sync of a converged warp: 1.00 cycle per instruction "
+                        "per warp (tools/hopper_warp_ops.cu, 2026-11-26); no B200 figure"),
     "cost_tma_issue": C(12, "cycles", "E", "taken equal to the MMA issue cost; not measured"),
     "cost_mma_issue": C(12, "cycles", "M", "~11-12 cycles per tcgen05.mma in the issuing thread [SA-repo] (2)"),
     "cost_tcgen05_cp_issue": C(12, "cycles", "E", "taken equal to the MMA issue cost"),

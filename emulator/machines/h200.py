@@ -20,6 +20,8 @@ H200 = Machine("H200", "sm_90a", {
     "cost_mbarrier": C(2, "cycles", "E", "issue of an mbarrier operation (a shared-memory atomic: the warp goes on; what it returns lands latency_mbarrier later)"),
     "latency_mbarrier": C(32, "cycles", "H", "64 cycles per dependent arrive + try_wait pair in one thread"),
     "cost_named_barrier": C(21, "cycles", "H", "bar.sync, 128 threads: 20.7 cycles"),
+    "cost_warp_sync": C(1, "cycles", "E", "bar.warp.sync of a converged warp: 1.00 cycle per instruction per warp, 1 and 4 "
+                        "warps, measured on an H100 (sm_90, the H200's SM) by tools/hopper_warp_ops.cu (2026-11-26)"),
     "cost_cluster_barrier": C(323, "cycles", "H", "barrier.cluster arrive + wait, charged on the wait (the "
                               "arrive issues as an mbarrier arrive)"),
     "cost_tma_issue": C(12, "cycles", "E", "not measured"),
