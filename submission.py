@@ -1991,8 +1991,8 @@ class Sm100GroupedGemm:
             k_end = cutlass.min(tiles[t, 6] // K_TILE, args.warm_k_tiles)
             if t0 != 0 and n0 != 0:
                 k_end = 0
+            block = n0 // self.config.weight_rows
             for k in range(0, k_end):
-                block = n0 // self.config.weight_rows
                 for group in cutlass.range_constexpr(self.num_groups):
                     if g == group:
                         if t0 == 0:

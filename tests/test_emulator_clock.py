@@ -459,6 +459,11 @@ def test_instruction_classes():
 # --------------------------------------------------------------------------------------------------
 
 
+def timing_of(lines) -> dict:
+    """The clock's figures: the JSON of tools/emulate.py's `timing:` line among its output lines."""
+    return json.loads(next(line for line in lines if line.startswith("timing: "))[len("timing: "):])
+
+
 def nvidia_timed(mnk, clusters, *extra):
     """tools/emulate.py nvidia, timed, in a fresh process (the stub driver loads before cutlass): the
     clock's figures from its `timing:` line."""
@@ -468,7 +473,7 @@ def nvidia_timed(mnk, clusters, *extra):
     lines = done.stdout.strip().splitlines()
     assert done.returncode == 0 and lines, done.stdout[-3000:] + done.stderr[-3000:]
     assert lines[-1].split()[0] == ("TIMED" if "--timing-only" in extra else "PASS"), lines[-1]
-    return json.loads(next(line for line in lines if line.startswith("timing: "))[len("timing: "):])
+    return timing_of(lines)
 
 
 def test_the_timeline_says_where_each_workers_time_goes(tmp_path):
@@ -482,7 +487,7 @@ def test_the_timeline_says_where_each_workers_time_goes(tmp_path):
     lines = done.stdout.strip().splitlines()
     assert done.returncode == 0 and lines[-1].startswith("PASS"), done.stdout[-3000:] + done.stderr[-3000:]
     assert picture.stat().st_size > 10_000
-    timing = json.loads(next(line for line in lines if line.startswith("timing: "))[len("timing: "):])
+    timing = timing_of(lines)
     phases = next(line for line in lines if line.startswith("phases "))
     assert "2 of 2 CTAs" in phases
     medians = {name: float(mid) for name, mid in

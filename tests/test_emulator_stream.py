@@ -4,7 +4,6 @@ placed on the least-loaded SMs as shared memory, threads and tensor memory allow
 (cp.async.bulk.prefetch{.tensor}) that makes a later TMA load a hit. Hand-written PTX (quick), then NVIDIA's
 kernel as N calls through tools/emulate.py."""
 
-import json
 import struct
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from emulator import EmulatorError
 from emulator.launch import StreamLaunch, execute, execute_stream
 from emulator.machines import load
 from emulator.memory import GlobalMemory
+from test_emulator_clock import timing_of
 from test_emulator_core import HEADER, STORE_R3
 from test_emulator_tma import _encode_map
 
@@ -300,7 +300,7 @@ def test_nvidias_kernel_as_three_calls_is_its_single_call_time_three_times():
                            "--clusters", "2", "--calls", "3"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     lines = done.stdout.strip().splitlines()
     assert done.returncode == 0 and lines[-1].startswith("PASS"), done.stdout[-3000:] + done.stderr[-3000:]
-    timing = json.loads(next(line for line in lines if line.startswith("timing: "))[len("timing: "):])
+    timing = timing_of(lines)
     assert timing["calls"] == 3 and not timing["pdl"]
     assert timing["call_gaps_us"] == pytest.approx([timing["formula_us"]] * 2, rel=1e-3)
     assert timing["stream_us"] >= timing["kernel_us"]

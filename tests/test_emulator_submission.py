@@ -15,13 +15,14 @@ without a B200 kernel and a planted defect (tests/test_eval_emulated.py runs tas
 the rest of the matrix, task.yml's 10 tests and the edge shapes included, is `-m long`.
 """
 
-import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+
+from test_emulator_clock import timing_of
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -150,7 +151,7 @@ def test_warmers_bring_the_next_calls_inputs_into_l2():
         lines = done.stdout.strip().splitlines()
         assert done.returncode == 0 and lines[-1].startswith("PASS") and "races=0" in lines[-1], \
             done.stdout[-3000:] + done.stderr[-3000:]
-        timings[switch] = json.loads(next(line for line in lines if line.startswith("timing: "))[len("timing: "):])
+        timings[switch] = timing_of(lines)
     assert timings["on"]["prefetched_mb"] > 256 * 1024 / 1e6 and "prefetched_mb" not in timings["off"]
     assert timings["on"]["stream_us"] < 0.95 * timings["off"]["stream_us"], timings
 
