@@ -45,7 +45,9 @@
   box still on its way from HBM is a hit that waits for it. `cp.async.bulk.prefetch{.tensor}` brings a box
   into L2 as a miss would, with nothing through L2's ports to an SM. A miss also writes back its dirty
   victims through HBM: the L2 flush before the timed calls left L2 dirty (`DirtyL2`). TMA stores and
-  `st.global` bytes go through the same HBM server; a grid completes when they have drained. The tensor
+  `st.global` bytes go through the same HBM server; a grid completes when they have drained. A TMA store
+  also passes its SM's store unit, one box after another at `tma_store_bytes_per_cycle`, and completes
+  `tma_store_latency` after (both measured on an H100: tools/hopper_tma_store.cu). The tensor
   pipe is one in-order queue per issuing SM (a `cta_group::2` pair's even SM): an MMA starts when issued and
   the pipe is free, occupies it for its initiation interval and completes a latency after its start (per N
   and cta_group); `tcgen05.cp` likewise, for the shared-memory bytes it reads; a commit arrives
@@ -495,6 +497,7 @@ class Clock:
         self.l2_server = Server(machine.l2_bytes_per_us / machine.cycles(1.0))
         self.l2 = L2(int(machine.l2_bytes))
         self.pipes: dict = {}
+        self.store_units: dict = {}  # SM -> its TMA store unit (Server)
         self.lsu_free: dict = {}  # SM -> when its load/store unit takes the next line
         sms = int(machine.sm_count)
         self.free_shared = [int(machine.smem_per_sm)] * sms
@@ -950,8 +953,11 @@ class Clock:
         elif unit == "tma.store" and self.last_store[:3] == (now, op.key, op.cta):
             done = self.last_store[3]  # another lane of the same warp instruction: one copy (see below)
         elif unit == "tma.store":
+            # the SM's store unit passes one box at a time (tma_store_bytes_per_cycle), then the write lands
+            # tma_store_latency later; HBM takes the bytes as any write
             through = self.hbm.serve(now, op.bytes)
-            done = max(now + self.machine.tma_store_latency, through)
+            passed = self._store_unit(op.cta).serve(now, op.bytes)
+            done = max(passed + self.machine.tma_store_latency, through)
             state.hbm_done = max(state.hbm_done, through)
             state.hbm_written += op.bytes
             self.last_store = (now, op.key, op.cta, done)
@@ -1009,6 +1015,14 @@ class Clock:
 
     def tensor_pipe(self, warp) -> TensorPipe:
         return self._pipe(warp.cta)
+
+    def _store_unit(self, cta) -> Server:
+        """The TMA store unit of `cta`'s SM: its boxes pass one after another."""
+        sm = self.sm_of[cta]
+        unit = self.store_units.get(sm)
+        if unit is None:
+            unit = self.store_units[sm] = Server(self.machine.tma_store_bytes_per_cycle)
+        return unit
 
     def _pipe(self, cta) -> TensorPipe:
         sm = self.sm_of[cta]
