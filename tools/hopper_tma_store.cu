@@ -9,6 +9,8 @@
 // its own box); every SM with 4 warps at once. Each warp stores to its own place in a 64 MiB matrix, moving
 // on by a box every iteration (fresh lines).
 //
+// Then the direct epilogue's way for comparison: the same 2 KB per warp stored from registers.
+//
 //   nvcc -O3 -arch=sm_90a -std=c++17 tools/hopper_tma_store.cu -o /tmp/tma_store -lcuda && /tmp/tma_store
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -47,6 +49,25 @@ __global__ void stores(const __grid_constant__ CUtensorMap map, unsigned long lo
   cycles[blockIdx.x * 4 + warp] = end - start;
 }
 
+// The same bytes stored from registers (st.global.v4, each warp instruction 512 contiguous bytes: four 128-byte
+// lines), as the direct epilogue stores them: every lane of each warp, 2 KB per warp per iteration; the loop's
+// issue rate under the store queue's back-pressure over 256 iterations is the SM's store throughput.
+__global__ void direct_stores(char* c, unsigned long long* cycles) {
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  char* base = c + (size_t(blockIdx.x) * 4 + warp) * ITERATIONS * 2048;
+  uint4 v = make_uint4(lane, warp, blockIdx.x, 0);
+  __syncthreads();
+  unsigned long long start = clock64();
+  for (int i = 0; i < ITERATIONS; ++i)
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+      asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" :: "l"(base + i * 2048 + q * 512 + lane * 16),
+                   "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+  __threadfence();
+  unsigned long long end = clock64();
+  if (lane == 0) cycles[blockIdx.x * 4 + warp] = end - start;
+}
+
 int main() {
   int sms;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
@@ -82,6 +103,19 @@ int main() {
           printf("TMA store 2 KB box (32 x 64 B), %s, to %s: %.0f cycles per store (mean over warps), worst warp %.0f\n",
                  k.name, read_only ? "wait_group.read 0" : "wait_group 0", sum / (k.ctas * k.warps), worst);
       }
+    }
+  }
+  for (int repeat = 0; repeat < 2; ++repeat) {
+    for (int ctas : {1, sms}) {
+      direct_stores<<<ctas, 128>>>(c, d_cycles);
+      CK(cudaDeviceSynchronize());
+      CK(cudaMemcpy(h, d_cycles, ctas * 4 * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+      double worst = 0;
+      for (int i = 0; i < ctas * 4; ++i) worst = h[i] > worst ? h[i] : worst;
+      if (repeat)
+        printf("st.global.v4 of 2 KB per warp per iteration, 4 warps, %s: %.0f cycles per iteration (worst warp), "
+               "%.1f bytes per cycle per SM\n", ctas == 1 ? "1 SM" : "every SM", worst / ITERATIONS,
+               4 * 2048.0 * ITERATIONS / worst);
     }
   }
   return 0;
