@@ -389,15 +389,21 @@ class ScheduleShape:
     k_step: int = 256  # the kernel's k-tile: a stream-K cut falls on a multiple of it
     min_part_k: int = 512  # no stream-K part is shorter: a cut closer to another or to a tile's end is dropped
     max_parts: int = STREAM_MAX_PARTS  # stream-K parts per tile at most (the kernels sum that many slots, unrolled)
+    # A token tile starts at a multiple of its variant's width (the B200 kernel finds a tile's token
+    # box by t0 // width): a sliver joins the tile before it only where that tile stays aligned.
+    aligned_tiles: bool = False
 
 
-def _token_tiles(m: int, chunk: int, variants: tuple):
+def _token_tiles(m: int, chunk: int, variants: tuple, aligned: bool = False):
     """(t0, m_end, variant index) of the token tiles of a group of m tokens cut every `chunk` rows.
     A sliver shorter than the smallest variant is folded into the previous tile when that still
-    fits the largest variant."""
+    fits the largest variant (and, `aligned`, the tile starts at a multiple of the variant it then
+    runs)."""
     starts = list(range(0, m, chunk))
     if len(starts) > 1 and m - starts[-1] < variants[0] and m - starts[-2] <= variants[-1]:
-        starts.pop()
+        width = variants[bisect.bisect_left(variants, m - starts[-2])]
+        if not aligned or starts[-2] % width == 0:
+            starts.pop()
     return [
         (t0, m_end, bisect.bisect_left(variants, m_end - t0))
         for t0, m_end in zip(starts, starts[1:] + [m])
@@ -562,7 +568,7 @@ def build_tile_schedule(sizes, num_workers: int, shape: ScheduleShape):
     for chunk in shape.token_chunks:
         blocks = []  # (job cost, block, its tiles, their costs) per weight block
         for group, (m, n, k) in enumerate(sizes):
-            token_tiles = _token_tiles(m, chunk, shape.token_variants)
+            token_tiles = _token_tiles(m, chunk, shape.token_variants, shape.aligned_tiles)
             for n0 in range(0, n, shape.weight_rows):
                 tiles = [
                     (group, n0, t0, v, m_end, n, k, int(i == len(token_tiles) - 1)) + WHOLE_K
@@ -1163,9 +1169,9 @@ ACC_DTYPE = cutlass.Float32
 CTA_WEIGHT_ROWS = 128  # MMA M per CTA: one TMEM lane per weight row
 TOKEN_CHUNK = 128  # token tiles start at multiples of 128: one block of the blocked scale layout
 K_TILE = 256  # per smem stage: 4 MMAs of K = 64
-ACC_STAGE_COLUMNS = 128  # TMEM columns per accumulator (the largest token variant)
 ACC_STAGES = 2  # TMEM accumulators: the epilogue of tile i overlaps the mainloop of tile i + 1
-TMEM_COLUMNS = 512  # 2 x 128 accumulator + 16 SFA + 16 SFB columns, rounded to a power of two
+TMEM_COLUMNS = 512  # 2 accumulators of the widest variant + 16 SFA + 16 SFB columns per 128 tokens: 2 x 128 + 32
+# or 2 x 192 + 48, rounded to a power of two
 EPILOGUE_COLUMNS = 32  # tokens per TMEM load (32x32b.x32) in the epilogue
 C_DTYPE = cutlass.Float16
 # epilogue="tma": a warp's TMA store box, its 32 weight rows (TMEM lanes) x EPILOGUE_COLUMNS tokens,
@@ -1173,10 +1179,11 @@ C_DTYPE = cutlass.Float16
 C_WARP_ROWS = 32
 C_STAGE_BYTES = CTA_WEIGHT_ROWS * EPILOGUE_COLUMNS * 2
 C_MIN_STAGES = 2  # as NVIDIA's _compute_stages starts; what the operand stages leave is added
-# epilogue="tma_last": a worker's last tile is staged in its idle operand stages, one C stage per
-# 32 tokens of the widest tile (no stage is reused, so no store is waited for before the exit)
-C_LAST_STAGES = ACC_STAGE_COLUMNS // EPILOGUE_COLUMNS
-PARTIAL_CTA_BYTES = CTA_WEIGHT_ROWS * ACC_STAGE_COLUMNS * 4  # one CTA's fp32 partial of a cut tile (jobs="stream")
+# The box path of a tile (epilogue "tma", "tma_last") loads at most this many 32-token chunks into
+# registers before storing them: 4 x 32 registers a thread; a 192-token tile goes in two batches.
+BOX_BATCH_CHUNKS = 4
+# One CTA's fp32 partial of a cut tile (jobs="stream", whose tiles are at most 128 tokens wide).
+PARTIAL_CTA_BYTES = CTA_WEIGHT_ROWS * TOKEN_CHUNK * 4
 SMEM_BYTES = 232448  # 227 KiB: sm_100's dynamic shared memory per block
 # Besides the stages: the mbarriers and the TMEM address, padded to the stages' 1024-byte alignment,
 # and the 1024 bytes the allocator keeps to align the block's base (measured: the launch asks for
@@ -1197,6 +1204,7 @@ class Barrier(enum.IntEnum):
 
 
 EPILOGUE_KINDS = ("ptx", "atoms", "tma", "tma_last")
+TOKEN_VARIANT_SETS = ((64, 128), (128,), (64, 128, 192))
 _ON = {"on": True, "true": True, "1": True, "off": False, "false": False, "0": False}
 
 
@@ -1213,6 +1221,9 @@ class Sm100Config:
     cta_group: int = 2
     # MMA N widths compiled; a tile runs the smallest that covers its tokens (a 40-token group
     # computes 64 columns); (128,) is one tiled MMA with a fixed transaction size, as the example.
+    # (64, 128, 192): a group's last sliver of fewer than 64 tokens joins the tile before it into
+    # one 192-token tile (a 176-token group is one tile, not 128 + 48), so the weights stream once
+    # for it; its token scales are two 128-row blocks, its accumulators 192 TMEM columns each.
     token_variants: tuple = (64, 128)
     # The pair's token scales: each CTA loads half and multicasts it to both (cta_group 2 only).
     multicast: bool = True
@@ -1254,8 +1265,8 @@ class Sm100Config:
     def __post_init__(self):
         if self.cta_group not in (1, 2):
             raise ValueError(f"cta_group must be 1 or 2, got {self.cta_group!r}")
-        if tuple(self.token_variants) not in ((64, 128), (128,)):
-            raise ValueError(f"token_variants must be (64, 128) or (128,), got {self.token_variants!r}")
+        if tuple(self.token_variants) not in TOKEN_VARIANT_SETS:
+            raise ValueError(f"token_variants must be one of {TOKEN_VARIANT_SETS}, got {self.token_variants!r}")
         for name, allowed in (("epilogue", EPILOGUE_KINDS), ("descriptors", ("selp", "branch")), ("jobs", JOB_POLICIES)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
@@ -1265,6 +1276,8 @@ class Sm100Config:
         # jobs="stream" turns warmers off: its kernel with them spills (29 LDL, 14 STL: the summing
         # epilogue leaves no registers for the warmers' walk; tools/inspect_sm100.py, DSL 4.3.5).
         object.__setattr__(self, "warmers", bool(self.warmers) and self.jobs != "stream")
+        if self.token_variants[-1] > TOKEN_CHUNK and (self.cta_group != 2 or self.jobs == "stream"):
+            raise ValueError("192-token tiles need cta_group=2 and whole-K jobs (stream-K's partials are 128 tokens wide)")
 
     @property
     def weight_rows(self) -> int:
@@ -1272,12 +1285,23 @@ class Sm100Config:
         return CTA_WEIGHT_ROWS * self.cta_group
 
     @property
+    def accumulator_columns(self) -> int:
+        """TMEM columns of one accumulator: the widest variant's tokens."""
+        return self.token_variants[-1]
+
+    @property
+    def token_scale_blocks(self) -> int:
+        """128-row blocks of token scales a stage holds: the widest variant's."""
+        return -(-self.token_variants[-1] // TOKEN_CHUNK)
+
+    @property
     def stage_bytes(self) -> int:
         """Shared memory of one stage in one CTA: its 128 weight rows, its share of the widest
-        token tile (a pair splits the tokens), and a 128-row scale block for each operand."""
+        token tile (a pair splits the tokens), a 128-row scale block of weights and the widest
+        tile's blocks of token scales."""
         tokens = self.token_variants[-1] // self.cta_group
         scale_block = TOKEN_CHUNK * K_TILE // SF_VEC_SIZE
-        return (CTA_WEIGHT_ROWS + tokens) * K_TILE // 2 + 2 * scale_block
+        return (CTA_WEIGHT_ROWS + tokens) * K_TILE // 2 + (1 + self.token_scale_blocks) * scale_block
 
     @property
     def stages(self) -> int:
@@ -1291,9 +1315,10 @@ class Sm100Config:
     def c_stages(self) -> int:
         """C staging stages of epilogue="tma": what the operand stages leave, as NVIDIA's
         _compute_stages adds it (cta_group 2: 7 operand stages and 3 C stages; 1: 5 and 5);
-        "tma_last": C_LAST_STAGES in the operand stages' memory; 0 otherwise."""
+        "tma_last": one per 32 tokens of the widest tile, in the operand stages' memory (no stage is
+        reused, so no store is waited for before the exit); 0 otherwise."""
         if self.epilogue == "tma_last":
-            return C_LAST_STAGES
+            return self.accumulator_columns // EPILOGUE_COLUMNS
         if self.epilogue != "tma":
             return 0
         return (SMEM_BYTES - SMEM_RESERVED_BYTES - self.stages * self.stage_bytes) // C_STAGE_BYTES
@@ -1302,7 +1327,7 @@ class Sm100Config:
     def parse(cls, text: str) -> "Sm100Config":
         """"shipped" or "safe", optionally followed by ",field=value" changes ("safe,pdl=on"); a
         bare "field=value,..." changes the shipped configuration. Booleans: on/off; token_variants:
-        64/128 or 128."""
+        64/128, 128 or 64/128/192."""
         parts = [p.strip() for p in str(text).split(",") if p.strip()]
         base = SM100_SHIPPED
         if parts and "=" not in parts[0]:
@@ -1423,6 +1448,7 @@ def sm100_schedule_shape(config: Sm100Config) -> ScheduleShape:
         weight_rows=config.weight_rows,
         token_chunks=(TOKEN_CHUNK,),
         token_variants=config.token_variants,
+        aligned_tiles=True,
         tile_cost=lambda tokens, k: (k // K_TILE) * B200_MODEL.k_tile_us(tokens, stages),
         balance_floor=1.0,
         group_by_variant=False,
@@ -1435,6 +1461,27 @@ def sm100_schedule(sizes, num_workers: int, config: Sm100Config):
     `num_workers` workers (SM pairs, or SMs with cta_group 1): build_tile_schedule's output, which
     the launch copies to the device and tools/b200_model.py evaluates."""
     return build_tile_schedule(sizes, num_workers, sm100_schedule_shape(config))
+
+
+def sm100_shape_config(sizes, num_workers: int, config: Sm100Config) -> Sm100Config:
+    """The configuration `sizes` run with: `config`, but with token_variants 64/128/192 a shape
+    keeps the 192-token variant only where its schedule has such a tile and the model's busiest
+    worker is less loaded than without it (the wider stage leaves 6 stages of 8, and a 192-token
+    tile's MMAs take 1.5 times a 128-token tile's); otherwise it runs the 64/128 kernel."""
+    if config.token_variants[-1] <= TOKEN_CHUNK:
+        return config
+    narrow = dataclasses.replace(config, token_variants=config.token_variants[:-1])
+
+    def busiest(candidate):
+        shape = sm100_schedule_shape(candidate)
+        records, offsets = build_tile_schedule(sizes, num_workers, shape)
+        widths = [candidate.token_variants[r[3]] for r in records]
+        loads = [sum(shape.tile_cost(widths[i], records[i][6] - records[i][8]) for i in range(row[0], row[-1]))
+                 for row in offsets]
+        return max(loads), max(widths)
+
+    wide_load, widest = busiest(config)
+    return config if widest > TOKEN_CHUNK and wide_load < busiest(narrow)[0] else narrow
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1494,6 +1541,8 @@ class _Variant:
     tokens: int
     tiled_mma: object
     b_smem_layout: object  # staged, the first tokens // cta_group rows of each token stage
+    sfb_smem_layout: object  # staged, the first scale_blocks blocks of each token-scale stage
+    scale_blocks: int  # 128-row blocks of token scales a k-tile loads
     tx_bytes: int  # bytes a worker's stage receives (the leader's full barrier expects them all)
 
 
@@ -1545,9 +1594,16 @@ class Sm100GroupedGemm:
         sfa_bytes = cute.size_in_bytes(
             SF_DTYPE, blockscaled_utils.make_smem_layout_sfa(widest, self.mma_tiler, SF_VEC_SIZE, 1)
         )
-        sfb_bytes = cute.size_in_bytes(
-            SF_DTYPE, blockscaled_utils.make_smem_layout_sfb(widest, self.mma_tiler, SF_VEC_SIZE, 1)
+        # A stage's token scales are the widest tile's 128-row blocks, one after another; the TMA
+        # loads them a block at a time (the 128-token view below), the MMA reads its variant's first.
+        self.acc_columns = self.config.accumulator_columns
+        self.sfb_block_layout = blockscaled_utils.make_smem_layout_sfb(
+            tiled_mma(TOKEN_CHUNK, self.mma_cta_group), (self.config.weight_rows, TOKEN_CHUNK, K_TILE), SF_VEC_SIZE, 1
         )
+        sfb_block_bytes = cute.size_in_bytes(SF_DTYPE, self.sfb_block_layout)
+        sfb_bytes = sfb_block_bytes * self.config.token_scale_blocks
+        self.sfb_stage_elems = cute.cosize(blockscaled_utils.make_smem_layout_sfb(widest, self.mma_tiler, SF_VEC_SIZE, 1))
+        assert self.sfb_stage_elems == sfb_bytes, "a stage's token scales are its blocks back to back"
         # Shared memory: the barriers, the operand ring, and with epilogue="tma" the C staging
         # stages (NVIDIA's _compute_stages: C_MIN_STAGES reserved, the operand stages that fit,
         # then what they leave added to C); otherwise no C staging, all of it to the operand ring
@@ -1569,7 +1625,7 @@ class Sm100GroupedGemm:
             assert c_bytes == C_STAGE_BYTES
             if cutlass.const_expr(self.tma_last):
                 self.num_stages = (capacity - SMEM_RESERVED_BYTES) // operand_bytes
-                self.c_stages = C_LAST_STAGES
+                self.c_stages = self.acc_columns // EPILOGUE_COLUMNS
                 assert self.c_stages * c_bytes <= self.num_stages * a_bytes, "C staging must fit the weights' stages"
             else:
                 self.num_stages = (capacity - SMEM_RESERVED_BYTES - C_MIN_STAGES * c_bytes) // operand_bytes
@@ -1585,7 +1641,8 @@ class Sm100GroupedGemm:
 
         self.a_smem_layout = sm100_utils.make_smem_layout_a(widest, self.mma_tiler, AB_DTYPE, self.num_stages)
         self.sfa_smem_layout = blockscaled_utils.make_smem_layout_sfa(widest, self.mma_tiler, SF_VEC_SIZE, self.num_stages)
-        self.sfb_smem_layout = blockscaled_utils.make_smem_layout_sfb(widest, self.mma_tiler, SF_VEC_SIZE, self.num_stages)
+        # The TMA's view of the token scales: a stage's first 128-row block (the others follow it).
+        self.sfb_smem_layout = self._staged(self.sfb_block_layout, self.sfb_stage_elems)
         self.b_stage_elems = cute.cosize(sm100_utils.make_smem_layout_b(widest, self.mma_tiler, AB_DTYPE, 1).outer)
         self.variants = []
         for n in token_variants:
@@ -1598,8 +1655,14 @@ class Sm100GroupedGemm:
                     (*one.outer.shape[:-1], self.num_stages), stride=(*one.outer.stride[:-1], self.b_stage_elems)
                 )
             )
-            per_cta = a_bytes + cute.size_in_bytes(AB_DTYPE, one) + sfa_bytes + sfb_bytes
-            self.variants.append(_Variant(n, mma, staged, per_cta * cute.size(mma.thr_id.shape)))
+            scale_blocks = -(-n // TOKEN_CHUNK)
+            sfb_staged = self._staged(blockscaled_utils.make_smem_layout_sfb(mma, tiler, SF_VEC_SIZE, 1), self.sfb_stage_elems)
+            per_cta = a_bytes + cute.size_in_bytes(AB_DTYPE, one) + sfa_bytes + sfb_block_bytes * scale_blocks
+            self.variants.append(_Variant(n, mma, staged, sfb_staged, scale_blocks, per_cta * cute.size(mma.thr_id.shape)))
+
+    def _staged(self, one, stride):
+        """Layout `one` (its last mode a single stage) repeated for every stage, `stride` apart."""
+        return cute.make_layout((*one.shape[:-1], self.num_stages), stride=(*one.stride[:-1], stride))
 
     # ---- host JIT: per-group descriptors, shared storage, launch ----
     @cute.jit
@@ -1670,7 +1733,7 @@ class Sm100GroupedGemm:
             sA: cute.struct.Align[cute.struct.MemRange[AB_DTYPE, cute.cosize(self.a_smem_layout.outer)], 1024]
             sB: cute.struct.Align[cute.struct.MemRange[AB_DTYPE, self.b_stage_elems * self.num_stages], 1024]
             sSFA: cute.struct.Align[cute.struct.MemRange[SF_DTYPE, cute.cosize(self.sfa_smem_layout)], 1024]
-            sSFB: cute.struct.Align[cute.struct.MemRange[SF_DTYPE, cute.cosize(self.sfb_smem_layout)], 1024]
+            sSFB: cute.struct.Align[cute.struct.MemRange[SF_DTYPE, self.sfb_stage_elems * self.num_stages], 1024]
 
         if cutlass.const_expr(self.tma_epilogue):
             SharedStorage.__annotations__["sC"] = cute.struct.Align[
@@ -1777,7 +1840,10 @@ class Sm100GroupedGemm:
             a=storage.sA.get_tensor(self.a_smem_layout.outer, swizzle=self.a_smem_layout.inner),
             b=[storage.sB.get_tensor(v.b_smem_layout.outer, swizzle=v.b_smem_layout.inner) for v in self.variants],
             sfa=storage.sSFA.get_tensor(self.sfa_smem_layout),
-            sfb=storage.sSFB.get_tensor(self.sfb_smem_layout),
+            # the token scales' b-th 128-row block of every stage (the TMA's), and each variant's view
+            sfb=[cute.make_tensor(storage.sSFB.data_ptr() + b * cute.cosize(self.sfb_block_layout), self.sfb_smem_layout)
+                 for b in range(self.config.token_scale_blocks)],
+            sfb_variants=[storage.sSFB.get_tensor(v.sfb_smem_layout) for v in self.variants],
         )
         if cutlass.const_expr(self.tma_epilogue):
             # (EPI_M = 128, EPI_N = 32, C_STAGE): the C staging buffer
@@ -1880,7 +1946,9 @@ class Sm100GroupedGemm:
             slices = (
                 (tAgA[(None, block, None, 0)], tAsA, read_weights, None),
                 (tAgSFA[(None, block, None, 0)], tAsSFA, read_weights, None),
-                (tBgSFB[(None, t0 // TOKEN_CHUNK, None, 0)], tBsSFB, read_again, sfb_mask),
+            ) + tuple(  # the token scales' 128-row blocks from the tile's first
+                (tBgSFB[(None, t0 // TOKEN_CHUNK + b, None, 0)], tBsSFB[b], read_again, sfb_mask)
+                for b in range(self.config.token_scale_blocks)
             )
             for v in cutlass.range_constexpr(len(self.variants)):
                 if variant_index == v:
@@ -1914,15 +1982,18 @@ class Sm100GroupedGemm:
         )
         tAsSFA, tAgSFA = cute.filter_zeros(tAsSFA), cute.filter_zeros(tAgSFA)
         sfb_ctas = cute.make_layout(cute.slice_(self.cluster_layout_sfb_vmnk, (0, None, 0, 0)).shape)
-        tBsSFB, tBgSFB = cpasync.tma_partition(
-            token_sf_atoms[0], cta_coord_sfb_vmnk[1], sfb_ctas, cute.group_modes(smem.sfb, 0, 3),
-            cute.group_modes(
-                thr_mma_sfb.partition_B(
-                    cute.local_tile(tma_tsf, cute.slice_(self.mma_tiler_sfb, (0, None, None)), (None, None, None))
-                ), 0, 3,
-            ),
+        token_scales_k = cute.group_modes(
+            thr_mma_sfb.partition_B(
+                cute.local_tile(tma_tsf, cute.slice_(self.mma_tiler_sfb, (0, None, None)), (None, None, None))
+            ), 0, 3,
         )
-        tBsSFB, tBgSFB = cute.filter_zeros(tBsSFB), cute.filter_zeros(tBgSFB)
+        tBsSFB = []  # per 128-row block of a stage's token scales
+        for block in smem.sfb:
+            tBsSFB_block, tBgSFB = cpasync.tma_partition(
+                token_sf_atoms[0], cta_coord_sfb_vmnk[1], sfb_ctas, cute.group_modes(block, 0, 3), token_scales_k
+            )
+            tBsSFB.append(cute.filter_zeros(tBsSFB_block))
+        tBgSFB = cute.filter_zeros(tBgSFB)
         token_parts = []
         for v, variant in enumerate(self.variants):
             tiler = cute.slice_((self.config.weight_rows, variant.tokens, K_TILE), (0, None, None))
@@ -1939,9 +2010,14 @@ class Sm100GroupedGemm:
     @cute.jit
     def _load_variant(self, ab_pipeline, state, v, g, t0, k_tiles, slices, token_part, group_atoms, read_again, is_leader_cta):
         """One record of token variant v: its copies, with group g's descriptors ("selp": by address,
-        "branch": the loop of that group's own atoms), then its k-loop over k_tiles = (first, end)."""
+        "branch": the loop of that group's own atoms), then its k-loop over k_tiles = (first, end).
+        slices: the weights', the weight scales' and each token-scale block's (the variant loads its
+        first scale_blocks); group_atoms: weights, weight scales, token scales, the variant's tokens."""
         tBsB, tBgB = token_part
-        operands = slices + ((tBgB[(None, t0 // self.variants[v].tokens, None, 0)], tBsB, read_again, None),)
+        variant = self.variants[v]
+        weight_atoms, weight_sf_atoms, token_sf_atoms, variant_token_atoms = group_atoms
+        group_atoms = (weight_atoms, weight_sf_atoms) + (token_sf_atoms,) * variant.scale_blocks + (variant_token_atoms,)
+        operands = slices[:2 + variant.scale_blocks] + ((tBgB[(None, t0 // variant.tokens, None, 0)], tBsB, read_again, None),)
         tx_bytes = self.variants[v].tx_bytes
         if cutlass.const_expr(self.config.descriptors == "selp"):
             copies = [(atoms[0], group_tma_desc(g, atoms)) + operand for atoms, operand in zip(group_atoms, operands)]
@@ -2006,6 +2082,8 @@ class Sm100GroupedGemm:
                                     cute.prefetch(
                                         token_atoms[v][group], tokens[v][(None, t0 // self.variants[v].tokens, k, 0)]
                                     )
+                                    for b in cutlass.range_constexpr(1, self.variants[v].scale_blocks):
+                                        cute.prefetch(token_sf_atoms[group], token_scales[(None, t0 // TOKEN_CHUNK + b, k, 0)])
 
     @cute.jit
     def _prefetch_descriptors(self, g, weight_atoms, token_atoms, weight_sf_atoms, token_sf_atoms):
@@ -2046,15 +2124,15 @@ class Sm100GroupedGemm:
         Waits on: the stage's full barrier, the accumulator's empty barrier (the epilogues of the
         worker's CTAs). Signals: the stage's empty barrier and the accumulator's full barrier in
         every CTA of the worker (tcgen05.commit)."""
-        acc_columns = ACC_STAGES * ACC_STAGE_COLUMNS
+        acc_columns = ACC_STAGES * self.acc_columns
         sfa_tmem_ptr = cute.recast_ptr(acc_tmem_ptr + acc_columns, dtype=SF_DTYPE)
         sfa_tmem_cols = (CTA_WEIGHT_ROWS // 32) * self.k_blocks
         sfb_tmem_ptr = cute.recast_ptr(acc_tmem_ptr + acc_columns + sfa_tmem_cols, dtype=SF_DTYPE)
         sfa_stage = cute.slice_(self.sfa_smem_layout, (None, None, None, 0))
-        sfb_stage = cute.slice_(self.sfb_smem_layout, (None, None, None, 0))
         parts = []
         for v, variant in enumerate(self.variants):
             tiler = (self.config.weight_rows, variant.tokens, K_TILE)
+            sfb_stage = cute.slice_(variant.sfb_smem_layout, (None, None, None, 0))
             tCtSFA = cute.make_tensor(
                 sfa_tmem_ptr, blockscaled_utils.make_tmem_layout_sfa(variant.tiled_mma, tiler, SF_VEC_SIZE, sfa_stage)
             )
@@ -2069,7 +2147,7 @@ class Sm100GroupedGemm:
                 tCtSFA,
                 tCtSFB,
                 self._scale_copy_to_tmem(smem.sfa, tCtSFA),
-                self._scale_copy_to_tmem(smem.sfb, tCtSFB),
+                self._scale_copy_to_tmem(smem.sfb_variants[v], tCtSFB),
             ))
 
         tiles, begin, end = walk
@@ -2090,14 +2168,14 @@ class Sm100GroupedGemm:
 
     def _accumulators(self, tiled_mma, tokens, acc_tmem_ptr):
         """(MMA, MMA_M, MMA_N, ACC_STAGE): the accumulator fragments in TMEM of `tiled_mma` (of
-        `tokens` columns), ACC_STAGE_COLUMNS apart for every variant."""
+        `tokens` columns), the widest variant's columns apart for every variant."""
         tiler = (self.config.weight_rows, tokens)
         acc = tiled_mma.make_fragment_C(tiled_mma.partition_shape_C(tiler))
         column = acc.stride[0][1]
         return cute.make_tensor(
             acc_tmem_ptr,
             cute.make_layout(cute.append(acc.shape, ACC_STAGES),
-                             stride=cute.append(acc.stride, ACC_STAGE_COLUMNS * column)),
+                             stride=cute.append(acc.stride, self.acc_columns * column)),
         )
 
     @cute.jit
@@ -2162,7 +2240,7 @@ class Sm100GroupedGemm:
             else:
                 rows = (n0 + CTA_WEIGHT_ROWS * cta_in_worker + 32 * warp_idx + lane, m_end, n, select_by_group(g, args.c))
             chunks = (m_end - t0 + EPILOGUE_COLUMNS - 1) // EPILOGUE_COLUMNS
-            accumulator = (lane_address + acc_state.index * ACC_STAGE_COLUMNS, acc_state.index, load_columns)
+            accumulator = (lane_address + acc_state.index * self.acc_columns, acc_state.index, load_columns)
 
             # A pair's second CTA holds rows past N when N is an odd multiple of 128: no stores.
             has_rows = n0 + CTA_WEIGHT_ROWS * cta_in_worker < n
@@ -2204,21 +2282,25 @@ class Sm100GroupedGemm:
     def _store_tile(self, acc_pipeline, acc_state, accumulator, has_rows, chunks, t0, rows, odd, box, c_stage,
                     via_box: cutlass.Constexpr):
         """A whole tile (or all of its K): per 32 tokens, its columns from TMEM to C, then release the
-        accumulator; through the staging box (`via_box`), every TMEM load first, then the release,
-        then the TMA stores. Returns the warp's next C staging stage."""
+        accumulator; through the staging box (`via_box`), per batch of box.batch chunks (all of a
+        tile up to 128 tokens) their TMEM loads, one wait, after the tile's last loads the release,
+        then their TMA stores. Returns the warp's next C staging stage."""
         if has_rows:
             if cutlass.const_expr(via_box):
-                # Every chunk's TMEM load, one wait, the release, then the stores.
                 issue_load, bits = box.issue_load, box.bits  # plain functions: the DSL takes a method call's receiver for written state
                 stage = accumulator[1]
-                for chunk in cutlass.range_constexpr(box.chunks):
-                    if chunk < chunks:
-                        issue_load(stage, chunk, chunk)
-                cute.arch.fence_view_async_tmem_load()  # tcgen05.wait::ld
-                self._release(acc_pipeline, acc_state)
-                for chunk in cutlass.range_constexpr(box.chunks):
-                    if chunk < chunks:
-                        c_stage = self._store_box(box, bits(chunk), rows[0], (rows[1], t0 // EPILOGUE_COLUMNS + chunk), c_stage)
+                for first in cutlass.range_constexpr(0, box.chunks, box.batch):
+                    end = min(first + box.batch, box.chunks)
+                    for chunk in cutlass.range_constexpr(first, end):
+                        if chunk < chunks:
+                            issue_load(stage, chunk, chunk - first)
+                    cute.arch.fence_view_async_tmem_load()  # tcgen05.wait::ld
+                    if cutlass.const_expr(end == box.chunks):
+                        self._release(acc_pipeline, acc_state)
+                    for chunk in cutlass.range_constexpr(first, end):
+                        if chunk < chunks:
+                            c_stage = self._store_box(box, bits(chunk - first), rows[0], (rows[1], t0 // EPILOGUE_COLUMNS + chunk),
+                                                      c_stage)
             else:
                 for chunk in range(chunks):
                     self._store_rows(self._columns(accumulator, chunk), t0 + EPILOGUE_COLUMNS * chunk, rows, odd)
@@ -2402,10 +2484,11 @@ class Sm100GroupedGemm:
         t2r_b32 = tcgen05.make_tmem_copy(cute.make_copy_atom(t2r_atom.op, cutlass.Int32), tAcc_epi[1][(None, None, 0, 0, 0)])
         t2r_thread = t2r_b32.get_slice(tidx)
         tTR_tAcc = t2r_thread.partition_S(tAcc_epi[1])  # (T2R, T2R_M, T2R_N, 1, chunks, ACC_STAGE)
-        # (T2R, T2R_M, T2R_N): this thread's share of one (128, 32) epilogue tile, for each of the
-        # widest tile's chunks (a whole tile is loaded before its first store)
+        # (T2R, T2R_M, T2R_N): this thread's share of one (128, 32) epilogue tile, for each chunk of a
+        # batch (a tile up to 128 tokens is loaded whole before its first store)
         fragment = t2r_thread.partition_D(cute.make_identity_tensor((CTA_WEIGHT_ROWS, EPILOGUE_COLUMNS))).shape
-        tTR_rAcc = [cute.make_rmem_tensor(fragment, cutlass.Int32) for _ in range(widest // EPILOGUE_COLUMNS)]
+        chunks = widest // EPILOGUE_COLUMNS
+        tTR_rAcc = [cute.make_rmem_tensor(fragment, cutlass.Int32) for _ in range(min(chunks, BOX_BATCH_CHUNKS))]
         r2s = cute.make_tiled_copy_D(sm100_utils.get_smem_store_op(self.c_layout, C_DTYPE, ACC_DTYPE, t2r), t2r)
         tRS_sC = r2s.get_slice(tidx).partition_D(sC)  # (R2S, R2S_M, R2S_N, C_STAGE)
         tTR_rC = cute.make_rmem_tensor(fragment, C_DTYPE)
@@ -2436,7 +2519,7 @@ class Sm100GroupedGemm:
             return cute.recast_tensor(tTR_rAcc[0], ACC_DTYPE)
 
         return SimpleNamespace(
-            load=load, issue_load=issue_load, bits=bits, chunks=len(tTR_rAcc), fragment=fragment, r2s=r2s,
+            load=load, issue_load=issue_load, bits=bits, chunks=chunks, batch=len(tTR_rAcc), fragment=fragment, r2s=r2s,
             r2s_registers=tRS_rC, c_words=cute.recast_tensor(tTR_rC, cutlass.Int32), r2s_smem=tRS_sC, smem=bSG_sC, gmem=bSG_gC, atoms=c_atoms, pipeline=c_pipeline,
         )
 
@@ -2498,9 +2581,11 @@ def compile_sm100(num_groups: int, config: Sm100Config | None = None):
 
 
 def sm100_launch_args(sizes, device, config: Sm100Config):
-    """One shape signature's launch arguments and the device tables they point to: its schedule
-    over the device's workers (the warmers first, warm_l2_plan), the sizes. The inputs' addresses arrive per call (ShapePlan.run)."""
+    """One shape signature's launch arguments, the device tables they point to, and the
+    configuration they are for (sm100_shape_config): its schedule over the device's workers (the
+    warmers first, warm_l2_plan), the sizes. The inputs' addresses arrive per call (ShapePlan.run)."""
     co_resident = DEVICE.co_resident_workers(device, config.cta_group)
+    config = sm100_shape_config(sizes, co_resident, config)
     records, offsets = sm100_schedule(sizes, co_resident, config)
     warmers, warm_k_tiles = warm_l2_plan(sizes, len(offsets), co_resident, config)
     offsets = [[0, 0]] * warmers + offsets  # the warmers launch first (lowest cluster indices)
@@ -2519,7 +2604,7 @@ def sm100_launch_args(sizes, device, config: Sm100Config):
     )
     args.set("workspace", workspace.data_ptr())
     args.set("partial_counts", partial_counts.data_ptr())
-    return args, (tiles, worker_tiles, workspace, partial_counts)
+    return args, (tiles, worker_tiles, workspace, partial_counts), config
 
 
 # What warmers may bring into L2 for one call: a quarter of the B200's 126.5 MiB, so that the call
@@ -2542,7 +2627,7 @@ def warm_l2_plan(sizes, busy_workers: int, co_resident: int, config: Sm100Config
 
 
 def make_sm100_launch(sizes, device, config: Sm100Config) -> CompiledLaunch:
-    args, buffers = sm100_launch_args(sizes, device, config)
+    args, buffers, config = sm100_launch_args(sizes, device, config)
     return CompiledLaunch(compile_sm100(len(sizes), config), args, buffers=buffers)
 
 

@@ -93,7 +93,7 @@ sys.path.insert(0, str(ROOT))
 
 import submission  # noqa: E402
 from submission import B200_MODEL, CTA_WEIGHT_ROWS, K_TILE, SF_VEC_SIZE, SMEM_BYTES, SMEM_RESERVED_BYTES  # noqa: E402
-from submission import SM100_SAFE, SM100_SHIPPED, Sm100Config, build_tile_schedule, sm100_schedule  # noqa: E402
+from submission import SM100_SAFE, SM100_SHIPPED, Sm100Config, build_tile_schedule, sm100_schedule, sm100_shape_config  # noqa: E402
 
 FITTED = ("dram_efficiency", "stage_round_trip_us", "start_us", "tma_store_epilogue_us", "descriptor_patch_us")
 SCALE_BLOCK_BYTES = 128 * K_TILE // SF_VEC_SIZE  # one 128-row block of e4m3 scales per k-tile
@@ -188,7 +188,9 @@ def predict_config(config: Sm100Config, sizes, model=B200_MODEL) -> Estimate:
     """Predicted time of one call of `config`'s kernel on `sizes` [(M, N, K), ...], with its parts:
     each record of submission.sm100_schedule costs its k-tiles at B200Model.k_tile_us of its variant
     width and the configuration's stages, and its epilogue stores its tokens' rows."""
-    bins, block_bytes = _config_layout(config, tuple(map(tuple, sizes)), workers_of(config, model))
+    sizes = tuple(map(tuple, sizes))
+    config = sm100_shape_config(sizes, workers_of(config, model), config)  # the kernel the shape runs
+    bins, block_bytes = _config_layout(config, sizes, workers_of(config, model))
     stages = config.stages
     costs = [[TileCost(g, block, t0, tokens, k_tiles * model.k_tile_us(width, stages), k_tiles * _mma_us(model, width),
                        CTA_WEIGHT_ROWS * tokens * 2 / model.store_bytes_per_us)
