@@ -15,8 +15,9 @@ it isolates. tools/check.py bisects a failing first run over these switches.
 Roles of the operands. The weights B_g (N x K, N = 3072..7168) are the MMA's A operand: 256 rows
 per worker, a 2-CTA pair (tcgen05.mma.cta_group::2, M = 256, 128 rows in each CTA; cta_group 1:
 a worker is one CTA of 128 rows). The tokens A_g (M = 1.. a few hundred) are its N side, the
-width chosen per tile among token_variants (64, 128): a 40-token group computes 64 columns, a
-176-token group 128 + 64. TMEM holds C^T of the tile (lane = weight row, column = token).
+width chosen per tile among token_variants (64, 128, 192): a 40-token group computes 64 columns,
+a 176-token group one tile of 192 where the launch picks the 192-token kernel (below), else 128 +
+64. TMEM holds C^T of the tile (lane = weight row, column = token).
 
 Host path (shared with Hopper). custom_kernel looks the plan up by shape signature (problem sizes
 + device). A plan is built on the first call of a signature: full validation, the tile schedule
@@ -37,8 +38,14 @@ tensors for every group: they are tile indices, and the group's descriptor carri
 
 Schedule (shared with Hopper: build_tile_schedule, jobs="tiles", as the Hopper path ships). On
 the host, per shape signature: each group is cut into weight blocks of the worker's rows and
-token tiles of up to 128 tokens (starting at multiples of 128, one block of the scale layout).
-Every tile is its own job (benchmarks 1 to 4: 176, 364, 60 and 64 tiles for 74 pairs); the tiles
+token tiles of up to 128 tokens (starting at multiples of 128, one block of the scale layout); a
+last sliver of fewer than 64 tokens joins the tile before it into one of up to 192 tokens where
+that tile starts at a multiple of 192 (the kernel finds a token box by t0 // width). The
+192-token kernel (6 stages, 2 x 192 accumulator columns) runs a shape only where this lowers the
+model's busiest worker (sm100_shape_config): benchmark 1 (144 tiles for 176: 3 tiles on the
+busiest pair -> 2; the timed emulator, B200 description, streams of 4: 24.03 against 25.06 us),
+not benchmark 2 (forced: 14.44 against 13.98 us), nor 3 and 4 (no sliver joins); every other
+shape runs the 64/128 kernel. Every tile is its own job (benchmarks 1 to 4: 144, 364, 60 and 64 tiles for 74 pairs); the tiles
 of a block run on several pairs at about the same time (each worker walks its tiles by group and
 weight block) and share its weights in L2: the first reader's DRAM read, the others' L2 hits. The
 timed emulator ranks this above running a block's tiles back to back on one worker (the "hybrid"
@@ -67,17 +74,20 @@ Warp roles (192 threads per CTA, 1 CTA per SM, clusters of 2):
   warps 0-3  epilogue, both CTAs: warp w reads TMEM lanes 32w..32w+31 (its weight rows), 32
              token columns per tcgen05.ld, rounds to fp16 and stores to C (epilogue="tma":
              through its own C staging box and a TMA store; "tma_last": so for the worker's last
-             tile). Waits: accumulator full. Signals: the leader's accumulator empty. Warp 0 allocates TMEM (512 columns:
-             2 x 128 accumulators, 16 SFA and 16 SFB columns) and frees it at the end.
+             tile, a 192-token tile in two batches of TMEM loads). Waits: accumulator full. Signals: the
+             leader's accumulator empty. Warp 0 allocates TMEM (512 columns: 2 x 128
+             accumulators, 16 SFA and 16 SFB columns; the 192-token kernel 2 x 192, 16 and 32)
+             and frees it at the end.
 Named barriers: Barrier enum (epilogue, TMEM allocation). With cta_group 1 every CTA is its own
 leader, the TMA and commits stay in the CTA, and 4 warps release an accumulator.
 
 Memory path. 8 smem stages of 28 KB per CTA (weights 16 KB, tokens 8 KB, weight scales 2 KB,
-token scales 2 KB): as many as 227 KB holds, no C staging (cta_group 1: 6 stages of 36 KB, each
+token scales 2 KB; the 192-token kernel 6 of 34 KB: tokens 12 KB, token scales two 2 KB blocks,
+each loaded, multicast, by its own TMA): as many as 227 KB holds, no C staging (cta_group 1: 6 stages of 36 KB, each
 CTA loads the whole token tile). epilogue="tma" takes its C staging out of them by NVIDIA's rule
 (_compute_stages: two 8 KB C stages reserved, the operand stages that fit, the rest to C): 7
 operand stages and 3 C stages (cta_group 1: 5 and 5). "tma_last" keeps every operand stage and
-stages its last tile's C in the weights' first 32 KB, idle once that tile's accumulator is full. L2 policies: weights and their scales evict-first on the last
+stages its last tile's C in the weights' first 32 KB (48 KB for a 192-token tile), idle once that tile's accumulator is full. L2 policies: weights and their scales evict-first on the last
 tile of their sole reader (a block run as one job; a block split over several pairs stays
 evict-normal, as it is read by them at once), evict-normal otherwise; tokens and their scales
 evict-last (re-read by every weight block). Token rows past M are zero-filled by the TMA.
@@ -140,7 +150,7 @@ found cutting benchmark 3 20% slower and benchmark 1 even, BENCHMARKS.md, "Strea
 of tools/b200_model.py evaluates exactly the records sm100_schedule builds for a configuration,
 with the constants of B200Model (public B200 figures plus five constants fitted to published B200
 times); leaving one published design out of the fit misses its times by 18% RMS (worst 36%).
-Modeled B200 time (tools/b200_model.py --shipped): 28.7 / 18.4 / 8.7 / 6.8 us, geomean 13.3 us ± 18% (model, held-out RMS).
+Modeled B200 time (tools/b200_model.py --shipped): 28.8 / 18.4 / 8.7 / 6.8 us, geomean 13.3 us ± 18% (model, held-out RMS).
 It resolves structural effects (busy workers, stage counts, weight re-reads: 1.3x and more), not
 10-20% differences. Decisions that rest on less than its error: the token widths (64/128 against
 128 alone: no modeled difference on the benchmarks), cta_group 2 against 1 (+6% for 1 CTA), the
@@ -181,9 +191,14 @@ Departures from NVIDIA's dense_blockscaled_gemm_persistent.py (cutlass v4.3.5), 
                                                                     out-of-bounds boxes of the
                                                                     second CTA (M <= 32; N an odd
                                                                     multiple of 128)
-  token_variants  64/128   128     one MMA N per kernel             two tiled MMAs in one kernel,
-                                                                    stages at the widest stride,
-                                                                    expect-tx per variant
+  token_variants  64/128/  128     one MMA N per kernel (64, 128,   two or three tiled MMAs in one
+                  192              192 or 256; N = 192 loads 256    kernel, stages at the widest
+                                   rows of token scales and shifts  stride, expect-tx per variant;
+                                   odd tiles' scale columns)        N = 192: two scale-block TMAs
+                                                                    per k-tile, 2 x 192 TMEM
+                                                                    columns, the box epilogue in
+                                                                    two batches; the launch's
+                                                                    choice of kernel per shape
   multicast       on       off     multicasts when the cluster      multicast TMA of the token
                                    allows (here no cluster)         scales, its arrival counts
   pdl             on       off     no PDL                           griddepcontrol across calls
@@ -1223,8 +1238,9 @@ class Sm100Config:
     # computes 64 columns); (128,) is one tiled MMA with a fixed transaction size, as the example.
     # (64, 128, 192): a group's last sliver of fewer than 64 tokens joins the tile before it into
     # one 192-token tile (a 176-token group is one tile, not 128 + 48), so the weights stream once
-    # for it; its token scales are two 128-row blocks, its accumulators 192 TMEM columns each.
-    token_variants: tuple = (64, 128)
+    # for it; its token scales are two 128-row blocks, its accumulators 192 TMEM columns each. A
+    # shape runs it only where the model says it pays (sm100_shape_config), else the 64/128 kernel.
+    token_variants: tuple = (64, 128, 192)
     # The pair's token scales: each CTA loads half and multicasts it to both (cta_group 2 only).
     multicast: bool = True
     # Programmatic dependent launch across calls: the next call's launch and prologue overlap this
@@ -1276,8 +1292,11 @@ class Sm100Config:
         # jobs="stream" turns warmers off: its kernel with them spills (29 LDL, 14 STL: the summing
         # epilogue leaves no registers for the warmers' walk; tools/inspect_sm100.py, DSL 4.3.5).
         object.__setattr__(self, "warmers", bool(self.warmers) and self.jobs != "stream")
+        # The 192-token variant needs a pair (its two scale blocks are multicast as one is) and
+        # whole-K records (stream-K's partials are 128 tokens wide): cta_group 1 and jobs="stream"
+        # turn it off.
         if self.token_variants[-1] > TOKEN_CHUNK and (self.cta_group != 2 or self.jobs == "stream"):
-            raise ValueError("192-token tiles need cta_group=2 and whole-K jobs (stream-K's partials are 128 tokens wide)")
+            object.__setattr__(self, "token_variants", self.token_variants[:-1])
 
     @property
     def weight_rows(self) -> int:

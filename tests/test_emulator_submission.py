@@ -53,6 +53,12 @@ STREAM_SPECS = [
     "m: [1]; n: [128]; k: [4096]; g: 1; seed: 22",
     "m: [40, 129]; n: [128, 256]; k: [3072, 1536]; g: 2; seed: 23",
 ]
+# A shape whose launch runs the 192-token kernel at 3 workers (tests/test_schedule.py checks it): groups of 176
+# and 160 tokens are one 192-token tile per weight block (two blocks of token scales, the second mostly padding),
+# N = 384 puts a pair's second CTA past N, K = 1536 wraps the 6 stages, and two workers end on a 192-token tile
+# (the box epilogue in two batches) after one stored from registers; 300 tokens stay 128 + 128 + 64 (a 192-token
+# tile would start at 128).
+WIDE_SPEC = "m: [176, 160, 40, 300]; n: [768, 384, 256, 256]; k: [1536, 1024, 512, 256]; g: 4; seed: 31"
 
 
 def emulate(config: str, specs, *, mode: str = "eager", seed: int = 0, workers=2, timeout: int = 900):
@@ -128,6 +134,38 @@ def test_stream_k_without_its_ordering_is_a_race(defect, spec, mode, seed):
     done = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=ROOT)
     verdict = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-2000:]
     assert verdict.startswith("RACE") and "st.global.v4.f32" in done.stdout and "ld.global.cg.v4.f32" in done.stdout, \
+        done.stdout[-3000:] + done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("config, mode, seed", [
+    ("shipped", "adversarial", 31),
+    pytest.param("shipped", "eager", 0, marks=pytest.mark.long),
+    pytest.param("shipped", "timed", 0, marks=pytest.mark.long),
+    pytest.param("shipped,epilogue=tma", "adversarial", 32, marks=pytest.mark.long),
+    pytest.param("shipped,epilogue=ptx", "adversarial", 33, marks=pytest.mark.long),
+    pytest.param("shipped,epilogue=atoms", "eager", 0, marks=pytest.mark.long),
+    pytest.param("shipped,multicast=off", "adversarial", 34, marks=pytest.mark.long),
+    pytest.param("shipped,descriptors=branch", "adversarial", 35, marks=pytest.mark.long),
+])
+def test_192_token_tiles(config, mode, seed):
+    """token_variants 64/128/192 where the launch picks the 192-token kernel: its tiles through every epilogue,
+    with and without the token scales' multicast, both descriptor forms, races on."""
+    assert_all_pass(config, [WIDE_SPEC], mode=mode, seed=seed, workers=3)
+
+
+def test_a_192_token_tile_without_its_second_scale_block_fails(tmp_path):
+    """Planted: each 192-token tile loads its second block of token scales from its first block's rows
+    (t0 // 128 instead of t0 // 128 + 1), so tokens 128-191 are scaled by tokens 0-63's scales: the check
+    fails (test_192_token_tiles runs the same shape unplanted)."""
+    source = (ROOT / "submission.py").read_text()
+    good = "(tBgSFB[(None, t0 // TOKEN_CHUNK + b, None, 0)], tBsSFB[b], read_again, sfb_mask)"
+    assert source.count(good) == 1
+    planted = tmp_path / "submission.py"
+    planted.write_text(source.replace(good, good.replace(" + b,", ",")))
+    args = [sys.executable, str(ROOT / "tools" / "emulate.py"), "submission", "--submission", str(planted),
+            "--workers", "3", "--spec", WIDE_SPEC]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 1 and done.stdout.strip().splitlines()[-1].startswith("FAIL"), \
         done.stdout[-3000:] + done.stderr[-2000:]
 
 

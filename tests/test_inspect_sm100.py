@@ -325,7 +325,7 @@ def test_configurations_follow_the_submission():
 
 # Each switch of SM100_SHIPPED flipped alone: toward SM100_SAFE's value, and for `jobs` (the same in
 # both) each other policy.
-SINGLE_SWITCHES = ("cta_group=1", "token_variants=128", "multicast=off", "pdl=off", "l2_hints=off", "epilogue=atoms",
+SINGLE_SWITCHES = ("cta_group=1", "token_variants=64/128", "token_variants=128", "multicast=off", "pdl=off", "l2_hints=off", "epilogue=atoms",
                    "epilogue=tma", "epilogue=ptx", "descriptors=branch", "prefetch=off", "jobs=hybrid",
                    "jobs=weight_blocks", "jobs=stream", "l2_prefetch=on", "warmers=off")
 COVERAGE = (  # (--groups, --config ...): issue 14's list
@@ -337,25 +337,27 @@ QUICK_COVERAGE = (("2", ("shipped", "safe")),)  # README's test command: both en
 
 
 def test_single_switches_flip_every_field_toward_safe():
-    from submission import EPILOGUE_KINDS, JOB_POLICIES, SM100_SAFE, SM100_SHIPPED, Sm100Config
+    from submission import EPILOGUE_KINDS, JOB_POLICIES, SM100_SAFE, SM100_SHIPPED, TOKEN_VARIANT_SETS, Sm100Config
 
     flipped = {}
     for text in SINGLE_SWITCHES:
         field, _, _ = text.partition("=")
         value = getattr(config(text), field)
         flipped.setdefault(field, []).append(value)
-        # cta_group=1 also turns multicast off (no pair), jobs=stream warmers (they spill there): nothing
-        # else changes.
-        implied = {"cta_group=1": ["multicast=off"], "jobs=stream": ["warmers=off"]}.get(text, [])
-        assert config(text).changes_from(SM100_SHIPPED) == [text] + implied
+        # cta_group=1 also turns multicast and the 192-token variant off (no pair), jobs=stream the
+        # 192-token variant (its partials are 128 wide) and warmers (they spill there): nothing else changes.
+        implied = {"cta_group=1": ["token_variants=64/128", "multicast=off"],
+                   "jobs=stream": ["token_variants=64/128", "warmers=off"]}.get(text, [])
+        assert sorted(config(text).changes_from(SM100_SHIPPED)) == sorted([text] + implied)
     assert set(flipped) == {field.name for field in dataclasses.fields(Sm100Config)}
     for field, values in flipped.items():
         if getattr(SM100_SAFE, field) != getattr(SM100_SHIPPED, field):
-            # jobs and epilogue are flipped to every other value (below), SM100_SAFE's among them
-            assert values == [getattr(SM100_SAFE, field)] or field in ("jobs", "epilogue") and \
+            # jobs, epilogue and token_variants are flipped to every other value (below), SM100_SAFE's among them
+            assert values == [getattr(SM100_SAFE, field)] or field in ("jobs", "epilogue", "token_variants") and \
                 getattr(SM100_SAFE, field) in values, field
     assert set(flipped["jobs"]) == set(JOB_POLICIES) - {SM100_SHIPPED.jobs}
     assert set(flipped["epilogue"]) == set(EPILOGUE_KINDS) - {SM100_SHIPPED.epilogue}
+    assert set(flipped["token_variants"]) == set(TOKEN_VARIANT_SETS) - {SM100_SHIPPED.token_variants}
 
 
 def coverage_rows(stdout: str) -> list[dict]:

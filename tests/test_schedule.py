@@ -241,13 +241,49 @@ def test_h200_flipped_jobs_write_every_output_once(name, jobs):
 
 
 def test_b200_token_variant_is_the_smallest_that_fits():
-    """A 40-token group computes 64 token columns, not 128; 176 tokens are 128 + 64; with token
-    variants (128,) every tile computes 128."""
+    """A 40-token group computes 64 token columns, not 128; 176 tokens are 128 + 64 with variants
+    64/128, one 192-token tile with 64/128/192 (the sliver of 48 joins the tile before it); with
+    token variants (128,) every tile computes 128."""
     sizes = [(40, 256, 256), (176, 256, 256)]
-    for config, expected in ((submission.SM100_SHIPPED, {(0, 0): 64, (1, 0): 128, (1, 128): 64}),
+    narrow = dataclasses.replace(submission.SM100_SHIPPED, token_variants=(64, 128))
+    for config, expected in ((narrow, {(0, 0): 64, (1, 0): 128, (1, 128): 64}),
+                             (submission.SM100_SHIPPED, {(0, 0): 64, (1, 0): 192}),
                              (submission.SM100_SAFE, {(0, 0): 128, (1, 0): 128, (1, 128): 128})):
         records, _ = submission.sm100_schedule(sizes, _workers(config), config)
         assert {(g, t0): config.token_variants[v] for g, _, t0, v, *_ in records} == expected
+
+
+def test_b200_a_192_token_tile_starts_at_a_multiple_of_192():
+    """The kernel finds a tile's token box by t0 // width: a sliver joins the tile before it only
+    where that tile, then 192 wide, starts at a multiple of 192 (and of 128: its two scale blocks)."""
+    variants = (64, 128, 192)
+    assert submission._token_tiles(176, 128, variants, aligned=True) == [(0, 176, 2)]
+    # 300 = 128 + 128 + 44: joining would start a 172-token tile at 128
+    assert submission._token_tiles(300, 128, variants, aligned=True) == [(0, 128, 1), (128, 256, 1), (256, 300, 0)]
+    assert submission._token_tiles(300, 128, variants) == [(0, 128, 1), (128, 300, 2)]  # the Hopper's rule
+    # 560 = 4 x 128 + 48: the last 176 tokens start at 384 = 2 x 192
+    assert submission._token_tiles(560, 128, variants, aligned=True)[-1] == (384, 560, 2)
+    for m in range(1, 1200):
+        tiles = submission._token_tiles(m, 128, variants, aligned=True)
+        assert [t0 for t0, _, _ in tiles] == sorted({t0 for t0, _, _ in tiles}) and tiles[-1][1] == m
+        assert all(t0 % variants[v] == 0 and t0 % 128 == 0 and m_end - t0 <= variants[v] for t0, m_end, v in tiles)
+
+
+def test_b200_192_token_tiles_run_where_the_model_says_they_pay():
+    """The launch keeps the 192-token kernel for a shape only where its schedule has such a tile and
+    the model's busiest pair is less loaded: benchmark 1 (its groups of 176 and 160 tokens are a
+    tile each, 144 tiles for 176: 3 on the busiest pair -> 2), not benchmark 2 (4 tiles of which 192-token ones -> 5 narrower: 10.1 against
+    9.5 us modeled; the timed emulator: 14.44 against 13.98 us), nor 3 and 4 (no sliver joins)."""
+    shipped = submission.SM100_SHIPPED
+    chosen = {name: submission.sm100_shape_config(SHAPES[name], 74, shipped).token_variants for name in SHAPES}
+    assert chosen["benchmarks0"] == (64, 128, 192)
+    assert chosen["benchmarks1"] == chosen["benchmarks2"] == chosen["benchmarks3"] == (64, 128)
+    records, _ = submission.sm100_schedule(SHAPES["benchmarks0"], 74, shipped)
+    assert len(records) == 144 and sum(shipped.token_variants[r[3]] == 192 for r in records) == 2 * 16
+    narrow = dataclasses.replace(shipped, token_variants=(64, 128))
+    assert submission.sm100_shape_config(SHAPES["benchmarks0"], 74, narrow) == narrow  # never widens
+    assert dataclasses.replace(shipped, jobs="stream").token_variants == (64, 128)  # stream-K: 128 wide partials
+    assert dataclasses.replace(shipped, cta_group=1).token_variants == (64, 128)
 
 
 def test_b200_stream_cuts_only_where_it_pays():
@@ -260,9 +296,26 @@ def test_b200_stream_cuts_only_where_it_pays():
     assert check_parts(sizes, records, offsets, submission.K_TILE) == 3 and len(offsets) > 3
     steps = [sum((r[6] - r[8]) // submission.K_TILE for r in records[b:e]) for b, e in offsets]
     assert max(steps) <= 0.75 * 32
+    narrow = dataclasses.replace(submission.SM100_SHIPPED, token_variants=(64, 128))  # stream-K's variants
     for name in ("benchmarks0", "benchmarks1", "benchmarks2", "benchmarks3"):
         records, _ = submission.sm100_schedule(SHAPES[name], 74, stream)
-        assert records == submission.sm100_schedule(SHAPES[name], 74, submission.SM100_SHIPPED)[0], name
+        assert records == submission.sm100_schedule(SHAPES[name], 74, narrow)[0], name
+
+
+@pytest.mark.parametrize("config", ["shipped", "shipped,epilogue=tma", "shipped,epilogue=ptx", "shipped,epilogue=atoms",
+                                    "shipped,multicast=off", "shipped,descriptors=branch"])
+def test_the_emulated_wide_shape_runs_192_token_tiles(config):
+    """tests/test_emulator_submission.py's WIDE_SPEC, at its 3 workers: the launch picks the 192-token kernel,
+    two workers end on a 192-token tile and some 192-token tile is not a worker's last."""
+    from test_emulator_submission import WIDE_SPEC
+
+    fields = dict(part.strip().split(":") for part in WIDE_SPEC.split(";"))
+    sizes = list(zip(*(yaml.safe_load(fields[name]) for name in ("m", "n", "k"))))
+    chosen = submission.sm100_shape_config(sizes, 3, submission.Sm100Config.parse(config))
+    assert chosen.token_variants == (64, 128, 192)
+    records, offsets = submission.sm100_schedule(sizes, 3, chosen)
+    widths = [[chosen.token_variants[r[3]] for r in records[b:e]] for b, e in offsets]
+    assert sum(w[-1] == 192 for w in widths) == 2 and any(192 in w[:-1] for w in widths), widths
 
 
 @pytest.mark.parametrize("cta_group", [2, 1])

@@ -184,12 +184,16 @@ def _config_layout(config: Sm100Config, sizes, workers: int):
     return bins, block_bytes
 
 
-def predict_config(config: Sm100Config, sizes, model=B200_MODEL) -> Estimate:
+def predict_config(config: Sm100Config, sizes, model=B200_MODEL, as_launched: bool = True) -> Estimate:
     """Predicted time of one call of `config`'s kernel on `sizes` [(M, N, K), ...], with its parts:
     each record of submission.sm100_schedule costs its k-tiles at B200Model.k_tile_us of its variant
-    width and the configuration's stages, and its epilogue stores its tokens' rows."""
+    width and the configuration's stages, and its epilogue stores its tokens' rows. `as_launched`:
+    of the kernel the launch picks for the shape (submission.sm100_shape_config: with token variants
+    64/128/192, the 192-token kernel only where it lowers the busiest worker's load); else of
+    `config`'s own."""
     sizes = tuple(map(tuple, sizes))
-    config = sm100_shape_config(sizes, workers_of(config, model), config)  # the kernel the shape runs
+    if as_launched:
+        config = sm100_shape_config(sizes, workers_of(config, model), config)
     bins, block_bytes = _config_layout(config, sizes, workers_of(config, model))
     stages = config.stages
     costs = [[TileCost(g, block, t0, tokens, k_tiles * model.k_tile_us(width, stages), k_tiles * _mma_us(model, width),
@@ -449,15 +453,16 @@ def config_table(config: Sm100Config, benches, rms, markdown=False, model=B200_M
     """Per benchmark: predicted time, busy workers of the co-resident ones, the busiest worker's
     tiles; the geomean on the last line."""
     unit = "pairs" if config.cta_group == 2 else "SMs"
-    rows, totals = [], []
+    rows, totals, stages = [], [], []
     for i, b in enumerate(benches, start=1):
         e = predict_config(config, b.sizes, model)
         totals.append(e.total_us)
+        stages.append(str(e.stages))
         rows.append((i, len(b.sizes), f"{b.sol_us:.3f}", f"{e.total_us:.2f}", f"{e.busy_workers}/{e.workers}",
                      e.busiest_tiles, f"{e.busiest_us:.2f}", f"{e.dram_us:.2f}", e.rereads))
     header = ("bench", "G", "SOL us", "predicted us", f"busy {unit}", "busiest worker's tiles",
               "busiest worker us", "DRAM us", "weight re-reads")
-    lines = [f"configuration: {config.describe()} ({config.stages} stages, {workers_of(config, model)} "
+    lines = [f"configuration: {config.describe()} ({' / '.join(stages)} stages, {workers_of(config, model)} "
              f"co-resident {unit}); every time {error_bar(rms)}", "",
              _table(header, rows, markdown), "",
              f"geomean: {geomean(totals):.2f} us {error_bar(rms)}"]
@@ -469,7 +474,7 @@ def single_flips() -> list:
     flips = [("shipped", SM100_SHIPPED)]
     for field in dataclasses.fields(Sm100Config):
         value = getattr(SM100_SHIPPED, field.name)
-        alternatives = {"cta_group": [1], "token_variants": [(128,)], "epilogue": ["atoms"],
+        alternatives = {"cta_group": [1], "token_variants": [(64, 128), (128,)], "epilogue": ["atoms"],
                         "descriptors": ["branch"], "jobs": [j for j in submission.JOB_POLICIES if j != value]}
         for other in alternatives.get(field.name, [not value]):
             config = replace(SM100_SHIPPED, **{field.name: other})
