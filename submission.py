@@ -819,6 +819,7 @@ class CompiledLaunch:
     next call, so the executor is called only here, once."""
 
     def __init__(self, compiled, args: LaunchArgs, buffers=()):
+        self.compiled = compiled  # the kernel the shape runs (tools/emulate.py executes its PTX)
         self.args = args
         self.buffers = buffers  # device tables and scratch that args point into, kept alive here
         self._executor = compiled.to(None)

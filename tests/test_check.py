@@ -303,7 +303,7 @@ def test_two_switches_that_hang_only_together_are_named_and_avoided():
     assert lines[0] == "bisecting m7 (HANG under shipped), each run in its own process:"
     assert lines[1].split() == ["configuration", "run", "verdict", "seconds"]
     assert lines[2].split() == ["safe", "m7", "PASS", "1.0"]
-    assert any(line.split() == ["shipped,cta_group=1,multicast=off", "m7", "PASS", "1.0"] for line in lines)
+    assert any(line.split() == ["shipped,cta_group=1,token_variants=64/128,multicast=off", "m7", "PASS", "1.0"] for line in lines)
     assert any(line.split() == ["shipped,pdl=off", "m7", "HANG", "2.0"] for line in lines)
     assert lines[-5].split() == ["shipped,multicast=off", "ladder", f"({len(CASES)})", "PASS", f"{len(CASES):.1f}"]
     # Every configuration ran each case at most once, in its own run; safe with multicast=on is safe
@@ -366,8 +366,8 @@ def test_the_model_ranks_the_candidates_when_it_can():
 
     found, lines, _ = bisect_with(lambda config, case: config.cta_group == 2 and config.multicast,
                                   ranking=(prefers_one_cta, "a test model"))
-    assert found.describe() == "shipped,cta_group=1,multicast=off"
-    assert "fastest configuration that passes the whole ladder (by a test model): shipped,cta_group=1,multicast=off" in lines
+    assert found.describe() == "shipped,cta_group=1,token_variants=64/128,multicast=off"
+    assert "fastest configuration that passes the whole ladder (by a test model): shipped,cta_group=1,token_variants=64/128,multicast=off" in lines
 
 
 def test_the_ranking_is_the_models_predicted_geomean_then_the_switches_changed():

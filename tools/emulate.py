@@ -571,14 +571,19 @@ def submission_roles(S) -> dict:
     return {**{w: "epilogue" for w in S.EPILOGUE_WARPS}, S.MMA_WARP: "MMA", S.TMA_WARP: "TMA"}
 
 
-def compiled_kernel(S, num_groups: int):
-    """The compiled function whose PTX the emulator runs: the B200 kernel's, or (S.DEVICE an EmulatedH200)
-    the Hopper pre-pass + GEMM's."""
+def compiled_kernel(S, data):
+    """The compiled function whose PTX the emulator runs for the call on `data` (custom_kernel has built its
+    plan): the B200 kernel the plan launches (the shape's configuration: sm100_shape_config), or (S.DEVICE an
+    EmulatedH200) the Hopper pre-pass + GEMM's."""
+    num_groups = len(data[3])
     if isinstance(S.DEVICE, EmulatedH200):
         import sm90_kernel
 
         return sm90_kernel.compile_sm90(num_groups, S.sm100_config().pdl, sm90_kernel.SCHEDULE.jobs == "stream")
-    return S.compile_sm100(num_groups, S.sm100_config())
+    plan = S._plans.get((S._signature(data[3]), data[0][0][0].device, S.SM100_CONFIG))
+    compiled = getattr(getattr(plan, "launch", None), "compiled", None)
+    # a submission older than the per-shape choice compiles one kernel per group count and configuration
+    return compiled if compiled is not None else S.compile_sm100(num_groups, S.sm100_config())
 
 
 def emulated_call(S, data, extra_tensors, emu):
@@ -595,7 +600,7 @@ def emulated_call(S, data, extra_tensors, emu):
     outputs = S.custom_kernel(data)
     for plan in S._plans.values():
         emu.register(*plan.launch.buffers)
-    return outputs, emulator.combine(emu.run_pending(compiled_kernel(S, len(data[3]))))
+    return outputs, emulator.combine(emu.run_pending(compiled_kernel(S, data)))
 
 
 def emulated_calls(S, inputs: list, emu):
@@ -614,7 +619,7 @@ def emulated_calls(S, inputs: list, emu):
         outputs.append(S.custom_kernel(data))
         for plan in S._plans.values():
             emu.register(*plan.launch.buffers)
-        recorded.append(emu.take(compiled_kernel(S, len(data[3]))))
+        recorded.append(emu.take(compiled_kernel(S, data)))
     return outputs, emulator.summarize(emu.run_stream(recorded))
 
 
