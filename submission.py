@@ -36,31 +36,30 @@ descriptors, ~21 KB of the 32 KB parameter space (MAX_GROUPS). Nothing in the ke
 descriptor (no tensormap.replace, no fences). The TMA coordinates come from group 0's coordinate
 tensors for every group: they are tile indices, and the group's descriptor carries its bounds.
 
-Schedule (shared with Hopper: build_tile_schedule, jobs="tiles", as the Hopper path ships). On
-the host, per shape signature: each group is cut into weight blocks of the worker's rows and
-token tiles of up to 128 tokens (starting at multiples of 128, one block of the scale layout); a
-last sliver of fewer than 64 tokens joins the tile before it into one of up to 192 tokens where
-that tile starts at a multiple of 192 (the kernel finds a token box by t0 // width). The
-192-token kernel (6 stages, 2 x 192 accumulator columns) runs a shape only where this lowers the
-model's busiest worker (sm100_shape_config): benchmark 1 (144 tiles for 176: 3 tiles on the
-busiest pair -> 2; the timed emulator, B200 description, streams of 4: 24.03 against 25.06 us),
-not benchmark 2 (forced: 14.44 against 13.98 us), nor 3 and 4 (no sliver joins); every other
-shape runs the 64/128 kernel. Every tile is its own job (benchmarks 1 to 4: 144, 364, 60 and 64 tiles for 74 pairs); the tiles
-of a block run on several pairs at about the same time (each worker walks its tiles by group and
-weight block) and share its weights in L2: the first reader's DRAM read, the others' L2 hits. The
-timed emulator ranks this above running a block's tiles back to back on one worker (the "hybrid"
-policy, shipped until 8d98242) on benchmarks 1 and 2 by 3% and 7%, and above or equal to it under
-every change of the B200 description tried (BENCHMARKS.md, "Where the time goes"): the
-back-to-back worker's later tiles leave DRAM idle while the tensor pipe works from L2, and the
-HBM-bound first tiles of all pairs run in step. No hardware tests that gain: the Hopper kernel's
-token tiles reach 256 tokens, so both policies build the same table on benchmarks 1, 2 and 4
-(timed on the H200 within 0.3%, the run-to-run spread) and on benchmark 3 single tiles ran 30.30
-against 30.51 us (board protocol, 2026-11-25). Jobs are spread over the co-resident workers (the
-driver's occupancy answer for the cluster size, as NVIDIA's examples size their grids)
-longest-processing-time first by the modeled mainloop time (B200Model), then improved by moves
-and swaps. Each worker walks its records (group, n0, t0, variant, m_end, n, k, sole_reader_ends)
-in order; tests/test_schedule.py walks the table in Python as the kernel does and checks every
-output element is written once.
+Schedule (shared with Hopper: build_tile_schedule, jobs="tiles", as the Hopper path ships). On the
+host, per shape signature: each group is cut into weight blocks of the worker's rows and token tiles
+of up to 128 tokens (starting at multiples of 128, one block of the scale layout); a last sliver of
+fewer than 64 tokens joins the tile before it into one of up to 192 tokens where that tile starts at
+a multiple of 192 (the kernel finds a token box by t0 // width). The 192-token kernel (6 stages, 2 x
+192 accumulator columns) runs a shape only where this lowers the model's busiest worker
+(sm100_shape_config): benchmark 1 (144 tiles for 176: 3 tiles on the busiest pair -> 2; the timed
+emulator, B200 description, streams of 4: 24.03 against 25.06 us), not benchmark 2 (forced: 14.44
+against 13.98 us), nor 3 and 4 (no sliver joins); every other shape runs the 64/128 kernel. Every
+tile is its own job (benchmarks 1 to 4: 144, 364, 60 and 64 tiles for 74 pairs); the tiles of a
+block run on several pairs at about the same time (each worker walks its tiles by group and weight
+block) and share its weights in L2: the first reader's DRAM read, the others' L2 hits. The timed
+emulator ranks this above running a block's tiles back to back on one worker (the "hybrid" policy,
+shipped until 8d98242) on benchmarks 1 and 2 by 3% and 7%, and above or equal to it under every
+change of the B200 description tried (BENCHMARKS.md, "Where the time goes"): the back-to-back
+worker's later tiles leave DRAM idle while the tensor pipe works from L2, and the HBM-bound first
+tiles of all pairs run in step. No hardware tests that gain: the Hopper kernel's token tiles reach
+256 tokens, so both policies build the same table on benchmarks 1, 2 and 4 (timed on the H200 within
+0.3%, the run-to-run spread) and on benchmark 3 single tiles ran 30.30 against 30.51 us (board
+protocol, 2026-11-25). Jobs are spread over the co-resident workers (the driver's occupancy answer
+for the cluster size, as NVIDIA's examples size their grids) longest-processing-time first by the
+modeled mainloop time (B200Model), then improved by moves and swaps. Each worker walks its records
+(group, n0, t0, variant, m_end, n, k, sole_reader_ends) in order; tests/test_schedule.py walks the
+table in Python as the kernel does and checks every output element is written once.
 
 Warp roles (192 threads per CTA, 1 CTA per SM, clusters of 2):
   warp 5     TMA, both CTAs: per k-tile (K 256) its half of the weights, the tokens and the weight
@@ -81,16 +80,17 @@ Warp roles (192 threads per CTA, 1 CTA per SM, clusters of 2):
 Named barriers: Barrier enum (epilogue, TMEM allocation). With cta_group 1 every CTA is its own
 leader, the TMA and commits stay in the CTA, and 4 warps release an accumulator.
 
-Memory path. 8 smem stages of 28 KB per CTA (weights 16 KB, tokens 8 KB, weight scales 2 KB,
-token scales 2 KB; the 192-token kernel 6 of 34 KB: tokens 12 KB, token scales two 2 KB blocks,
-each loaded, multicast, by its own TMA): as many as 227 KB holds, no C staging (cta_group 1: 6 stages of 36 KB, each
-CTA loads the whole token tile). epilogue="tma" takes its C staging out of them by NVIDIA's rule
-(_compute_stages: two 8 KB C stages reserved, the operand stages that fit, the rest to C): 7
-operand stages and 3 C stages (cta_group 1: 5 and 5). "tma_last" keeps every operand stage and
-stages its last tile's C in the weights' first 32 KB (48 KB for a 192-token tile), idle once that tile's accumulator is full. L2 policies: weights and their scales evict-first on the last
-tile of their sole reader (a block run as one job; a block split over several pairs stays
-evict-normal, as it is read by them at once), evict-normal otherwise; tokens and their scales
-evict-last (re-read by every weight block). Token rows past M are zero-filled by the TMA.
+Memory path. 8 smem stages of 28 KB per CTA (weights 16 KB, tokens 8 KB, weight scales 2 KB, token
+scales 2 KB; the 192-token kernel 6 of 34 KB: tokens 12 KB, token scales two 2 KB blocks, each
+loaded, multicast, by its own TMA): as many as 227 KB holds, no C staging (cta_group 1: 6 stages of
+36 KB, each CTA loads the whole token tile). epilogue="tma" takes its C staging out of them by
+NVIDIA's rule (_compute_stages: two 8 KB C stages reserved, the operand stages that fit, the rest to
+C): 7 operand stages and 3 C stages (cta_group 1: 5 and 5). "tma_last" keeps every operand stage and
+stages its last tile's C in the weights' first 32 KB (48 KB for a 192-token tile), idle once that
+tile's accumulator is full. L2 policies: weights and their scales evict-first on the last tile of
+their sole reader (a block run as one job; a block split over several pairs stays evict-normal, as
+it is read by them at once), evict-normal otherwise; tokens and their scales evict-last (re-read by
+every weight block). Token rows past M are zero-filled by the TMA.
 
 Launch and start-up. Programmatic dependent launch: each kernel lets the next call's kernel
 launch as soon as all its CTAs run (griddepcontrol.launch_dependents at the start), so the next
@@ -2007,7 +2007,7 @@ class Sm100GroupedGemm:
                 cute.local_tile(tma_tsf, cute.slice_(self.mma_tiler_sfb, (0, None, None)), (None, None, None))
             ), 0, 3,
         )
-        tBsSFB = []  # per 128-row block of a stage's token scales
+        tBsSFB = []  # per 128-row block of a stage's token scales (the gmem side is the same for each)
         for block in smem.sfb:
             tBsSFB_block, tBgSFB = cpasync.tma_partition(
                 token_sf_atoms[0], cta_coord_sfb_vmnk[1], sfb_ctas, cute.group_modes(block, 0, 3), token_scales_k
