@@ -61,9 +61,11 @@ STREAM_SPECS = [
 WIDE_SPEC = "m: [176, 160, 40, 300]; n: [768, 384, 256, 256]; k: [1536, 1024, 512, 256]; g: 4; seed: 31"
 
 
-def emulate(config: str, specs, *, mode: str = "eager", seed: int = 0, workers=2, timeout: int = 900):
+def emulate(config: str, specs, *, mode: str = "eager", seed: int = 0, workers=2, timeout: int = 900, submission=None):
     args = [sys.executable, str(ROOT / "tools" / "emulate.py"), "submission", "--config", config,
             "--mode", mode, "--seed", str(seed), "--races"]  # race detection on (test_emulator_races.py)
+    if submission is not None:
+        args += ["--submission", str(submission)]
     if workers is not None:
         args += ["--workers", str(workers)]
     for spec in specs:
@@ -162,11 +164,8 @@ def test_a_192_token_tile_without_its_second_scale_block_fails(tmp_path):
     assert source.count(good) == 1
     planted = tmp_path / "submission.py"
     planted.write_text(source.replace(good, good.replace(" + b,", ",")))
-    args = [sys.executable, str(ROOT / "tools" / "emulate.py"), "submission", "--submission", str(planted),
-            "--workers", "3", "--spec", WIDE_SPEC]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert done.returncode == 1 and done.stdout.strip().splitlines()[-1].startswith("FAIL"), \
-        done.stdout[-3000:] + done.stderr[-2000:]
+    rc, verdict, out = emulate("shipped", [WIDE_SPEC], workers=3, submission=planted, timeout=600)
+    assert rc == 1 and verdict.startswith("FAIL"), out[-3000:]
 
 
 @pytest.mark.long
