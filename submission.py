@@ -426,6 +426,14 @@ def _token_tiles(m: int, chunk: int, variants: tuple, aligned: bool = False):
     ]
 
 
+def _added_in_order(costs) -> float:
+    """The float costs added one after another, left to right, as Python 3.11's sum() adds them. From
+    3.12 sum() compensates its rounding, so the same schedule's loads would differ in their last bits
+    between interpreters and _balance's near-ties break the other way: the board runs Python 3.13,
+    CI 3.11, and a shape must get the same tiles under both."""
+    return functools.reduce(operator.add, costs, 0.0)
+
+
 def _balance(jobs, num_workers):
     """Spread (cost, payload) jobs over min(num_workers, #jobs) workers: longest processing time
     first (biggest job to the least loaded worker), then moves and swaps that lower the most loaded
@@ -438,7 +446,7 @@ def _balance(jobs, num_workers):
         load, w = heapq.heappop(heap)
         bins[w].append(job)
         heapq.heappush(heap, (load + job[0], w))
-    loads = [sum(cost for cost, _ in b) for b in bins]
+    loads = [_added_in_order(cost for cost, _ in b) for b in bins]
     for _ in range(20 * count):
         hi = max(range(count), key=loads.__getitem__)
         best = None  # (new local max, other worker, index in hi, index in other or None for a move)
@@ -505,7 +513,7 @@ def _stream_shares(blocks, num_workers: int, shape: ScheduleShape):
     slot in part order and stores the tile, so the sum and its rounding do not depend on which
     worker finished last, and no worker ever waits for another."""
     tiles = [(tile, cost) for _, _, block_tiles, costs in blocks for tile, cost in zip(block_tiles, costs)]
-    share = sum(cost for _, cost in tiles) / num_workers
+    share = _added_in_order(cost for _, cost in tiles) / num_workers
     assigned = [[] for _ in range(num_workers)]
     loads = [0.0] * num_workers
     slots = 0
@@ -591,7 +599,7 @@ def build_tile_schedule(sizes, num_workers: int, shape: ScheduleShape):
                     for i, (t0, m_end, v) in enumerate(token_tiles)
                 ]
                 costs = [shape.tile_cost(shape.token_variants[v], k) for _, _, v in token_tiles]
-                blocks.append((sum(costs), (group, n0), tiles, costs))
+                blocks.append((_added_in_order(costs), (group, n0), tiles, costs))
         if shape.jobs == "weight_blocks":
             jobs = [(cost, tiles) for cost, _, tiles, _ in blocks]
         elif shape.jobs == "hybrid":
@@ -602,7 +610,7 @@ def build_tile_schedule(sizes, num_workers: int, shape: ScheduleShape):
                 for _, _, tiles, costs in blocks
                 for cost, tile in zip(costs, tiles)
             ]
-        total = sum(cost for cost, _ in jobs)
+        total = _added_in_order(cost for cost, _ in jobs)
         makespan, assigned = _balance(jobs, num_workers)
         makespan = max(makespan, shape.balance_floor * total / len(assigned))
         if shape.jobs == "stream":
@@ -1497,7 +1505,8 @@ def sm100_shape_config(sizes, num_workers: int, config: Sm100Config) -> Sm100Con
         shape = sm100_schedule_shape(candidate)
         records, offsets = build_tile_schedule(sizes, num_workers, shape)
         widths = [candidate.token_variants[r[3]] for r in records]
-        loads = [sum(shape.tile_cost(widths[i], records[i][6] - records[i][8]) for i in range(row[0], row[-1]))
+        loads = [_added_in_order(shape.tile_cost(widths[i], records[i][6] - records[i][8])
+                                 for i in range(row[0], row[-1]))
                  for row in offsets]
         return max(loads), max(widths)
 

@@ -6,6 +6,9 @@ pair walk and epilogue of submission.py, the Hopper per-variant CTA walk of sm90
 """
 
 import dataclasses
+import functools
+import math
+import operator
 import os
 import sys
 
@@ -316,6 +319,37 @@ def test_the_emulated_wide_shape_runs_192_token_tiles(config):
     records, offsets = submission.sm100_schedule(sizes, 3, chosen)
     widths = [[chosen.token_variants[r[3]] for r in records[b:e]] for b, e in offsets]
     assert sum(w[-1] == 192 for w in widths) == 2 and any(192 in w[:-1] for w in widths), widths
+
+
+@pytest.mark.parametrize("adds", ["one after another (Python 3.11)", "compensated (Python 3.12 on)"])
+def test_the_schedule_does_not_depend_on_how_python_adds_floats(monkeypatch, adds):
+    """Python 3.12's sum() compensates its rounding (Neumaier); the board's runner is Python 3.13 and CI 3.11.
+    The model's tile costs are floats whose loads near-tie, so a schedule that added them with sum() broke ties
+    by the interpreter: the emulated wide shape got [[192, 192], [192, 192, 128], [192, 64, 128, 64]] under
+    3.12 (the H200 machine's quick suite) against [[192, 192], [192, 192], [192, 64, 128, 128, 64]] under
+    3.11. Under either addition every shape's records and workers must be the ones built here."""
+    from test_emulator_submission import WIDE_SPEC
+
+    fields = dict(part.strip().split(":") for part in WIDE_SPEC.split(";"))
+    shapes = {**SHAPES, "wide": list(zip(*(yaml.safe_load(fields[name]) for name in ("m", "n", "k"))))}
+    configs = [submission.Sm100Config.parse(text) for text in ("shipped", "shipped,jobs=stream", "safe")]
+
+    def plans():
+        plan = {}
+        for name, sizes in shapes.items():
+            for config in configs:
+                for workers in (3, 74):
+                    chosen = submission.sm100_shape_config(sizes, workers, config)
+                    plan[name, str(config), workers] = (chosen.token_variants,
+                                                       submission.sm100_schedule(sizes, workers, chosen))
+        return plan
+
+    expected = plans()
+    if adds.startswith("compensated"):
+        monkeypatch.setattr("builtins.sum", lambda values, start=0: math.fsum(values) + start)
+    else:
+        monkeypatch.setattr("builtins.sum", lambda values, start=0: functools.reduce(operator.add, values, start))
+    assert plans() == expected
 
 
 @pytest.mark.parametrize("cta_group", [2, 1])
