@@ -172,6 +172,13 @@ def workers_of(config: Sm100Config, model=B200_MODEL) -> int:
 
 
 @functools.cache
+def _launched_config(config: Sm100Config, sizes, workers: int) -> Sm100Config:
+    """submission.sm100_shape_config, cached as _config_layout is: the choice builds two schedules and
+    does not depend on the fitted constants (a refit predicts the same shapes some 2000 times)."""
+    return sm100_shape_config(sizes, workers, config)
+
+
+@functools.cache
 def _config_layout(config: Sm100Config, sizes, workers: int):
     """What of `config`'s call does not depend on the fitted constants (cached: fits call it
     often): per worker, its records as (group, weight block, t0, tokens, variant width, k-tiles) in
@@ -193,7 +200,7 @@ def predict_config(config: Sm100Config, sizes, model=B200_MODEL, as_launched: bo
     `config`'s own."""
     sizes = tuple(map(tuple, sizes))
     if as_launched:
-        config = sm100_shape_config(sizes, workers_of(config, model), config)
+        config = _launched_config(config, sizes, workers_of(config, model))
     bins, block_bytes = _config_layout(config, sizes, workers_of(config, model))
     stages = config.stages
     costs = [[TileCost(g, block, t0, tokens, k_tiles * model.k_tile_us(width, stages), k_tiles * _mma_us(model, width),
