@@ -93,6 +93,23 @@ def nvidia_example():
     return require_nvidia_example()
 
 
+def require_matplotlib():
+    """matplotlib (optional for users: the pictures need it; .ci/run installs it), or `missing`."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        missing("matplotlib is not installed (pip install matplotlib; .ci/run installs it): the test draws a picture")
+
+
+@pytest.fixture
+def without_matplotlib(tmp_path):
+    """An environment in which `import matplotlib` fails, whether or not it is installed."""
+    shadow = tmp_path / "shadow"
+    (shadow / "matplotlib").mkdir(parents=True)
+    (shadow / "matplotlib" / "__init__.py").write_text("raise ImportError('matplotlib hidden for this test')\n")
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(shadow), os.environ.get("PYTHONPATH", "")]))
+
+
 # A GPU machine, simulated: a library with the real driver's soname (libcuda.so.1) in a folder of its own, found
 # by name as ld.so finds NVIDIA's, and loaded by every Python process at start-up (sitecustomize), before any of
 # our code runs: the worst case, where `import torch` itself loads the driver (the H200's torch 2.11 does).

@@ -3,7 +3,6 @@ of simulated time on hand-written PTX and on NVIDIA's kernel (quick), and the B2
 benchmarks (long: the functional check still runs under the clock)."""
 
 import json
-import os
 import struct
 import subprocess
 import sys
@@ -13,7 +12,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from conftest import missing
+from conftest import require_matplotlib
 from emulator import HangError
 from emulator.clock import cost_class
 from emulator.machines import TAGS, load
@@ -504,10 +503,7 @@ def test_the_timeline_says_where_each_workers_time_goes(tmp_path):
     """--timeline draws the picture and prints the phases of every CTA that ran MMAs: start-up, first load,
     mainloop, tail. They follow one another, so on a grid whose CTAs run alike (one tile each, all at once)
     their medians add up to the kernel's span, and each is a real part of it."""
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        missing("matplotlib is not installed (pip install matplotlib; .ci/run installs it): --timeline draws with it")
+    require_matplotlib()
     picture = tmp_path / "timeline.png"
     done = subprocess.run([sys.executable, "tools/emulate.py", "nvidia", "--time", "--mnk", "256,256,1024",
                            "--clusters", "2", "--timeline", str(picture)], cwd=ROOT, capture_output=True, text=True,
@@ -525,18 +521,15 @@ def test_the_timeline_says_where_each_workers_time_goes(tmp_path):
     assert sum(medians.values()) == pytest.approx(timing["kernel_us"], abs=0.02)
 
 
-def test_a_timeline_without_matplotlib_is_refused_in_one_line_before_the_emulation(tmp_path):
+def test_a_timeline_without_matplotlib_is_refused_in_one_line_before_the_emulation(tmp_path, without_matplotlib):
     """Without matplotlib, --timeline is a bad command line (exit 2) said at once in one line, not a traceback
     after the emulation has run."""
-    shadow = tmp_path / "shadow"
-    (shadow / "matplotlib").mkdir(parents=True)
-    (shadow / "matplotlib" / "__init__.py").write_text("raise ImportError('matplotlib hidden for this test')\n")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(shadow), os.environ.get("PYTHONPATH", "")]))
     done = subprocess.run([sys.executable, "tools/emulate.py", "nvidia", "--time", "--mnk", "256,256,1024",
                            "--clusters", "2", "--timeline", str(tmp_path / "t.png")], cwd=ROOT, capture_output=True,
-                          text=True, env=env, timeout=120)
+                          text=True, env=without_matplotlib, timeout=120)
     assert done.returncode == 2 and done.stdout == "", done.stdout[-2000:] + done.stderr[-2000:]
-    assert done.stderr.strip() == "emulate.py: --timeline needs matplotlib, which is not installed (pip install matplotlib)"
+    refusal = "emulate.py: --timeline needs matplotlib, which is not installed (pip install matplotlib)"
+    assert done.stderr.strip() == refusal
     assert not (tmp_path / "t.png").exists()
 
 

@@ -1,14 +1,13 @@
 """tools/plot_benchmarks.py and `eval.py benchmark --plot`: what the picture shows, the PNG (when
 matplotlib is installed; it is optional), and the one-line refusal without matplotlib."""
 import math
-import os
 import shutil
 import subprocess
 import sys
 
 import pytest
 
-from conftest import ROOT, run_eval
+from conftest import ROOT, require_matplotlib, run_eval
 
 sys.path.insert(0, str(ROOT / "tools"))
 import plot_benchmarks  # noqa: E402
@@ -38,22 +37,13 @@ def test_a_partial_run_has_no_geomean_point():
     assert series[-1].label == "run" and series[-1].points == [(4, 20.0)]
 
 
-@pytest.mark.skipif(not plot_benchmarks.matplotlib_available(), reason="matplotlib is optional and not installed")
 def test_the_tool_writes_a_png(tmp_path):
+    require_matplotlib()
     out = tmp_path / "bench.png"
     done = subprocess.run([sys.executable, str(TOOL), str(out), "--times", "111.3,59.6,31.6,17.7", "--label", "H200"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
-
-
-@pytest.fixture
-def without_matplotlib(tmp_path):
-    """An environment in which `import matplotlib` fails, whether or not it is installed."""
-    shadow = tmp_path / "shadow"
-    (shadow / "matplotlib").mkdir(parents=True)
-    (shadow / "matplotlib" / "__init__.py").write_text("raise ImportError('matplotlib hidden for this test')\n")
-    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(shadow), os.environ.get("PYTHONPATH", "")]))
 
 
 def test_the_tool_without_matplotlib_says_so_in_one_line(tmp_path, without_matplotlib):

@@ -7,7 +7,6 @@ pair walk and epilogue of submission.py, the Hopper per-variant CTA walk of sm90
 
 import dataclasses
 import functools
-import math
 import operator
 import os
 import sys
@@ -305,15 +304,20 @@ def test_b200_stream_cuts_only_where_it_pays():
         assert records == submission.sm100_schedule(SHAPES[name], 74, narrow)[0], name
 
 
+def _wide_sizes():
+    """tests/test_emulator_submission.py's WIDE_SPEC as [(M, N, K), ...]."""
+    from test_emulator_submission import WIDE_SPEC
+
+    fields = dict(part.strip().split(":") for part in WIDE_SPEC.split(";"))
+    return list(zip(*(yaml.safe_load(fields[name]) for name in ("m", "n", "k"))))
+
+
 @pytest.mark.parametrize("config", ["shipped", "shipped,epilogue=tma", "shipped,epilogue=ptx", "shipped,epilogue=atoms",
                                     "shipped,multicast=off", "shipped,descriptors=branch"])
 def test_the_emulated_wide_shape_runs_192_token_tiles(config):
     """tests/test_emulator_submission.py's WIDE_SPEC, at its 3 workers: the launch picks the 192-token kernel,
     two workers end on a 192-token tile and some 192-token tile is not a worker's last."""
-    from test_emulator_submission import WIDE_SPEC
-
-    fields = dict(part.strip().split(":") for part in WIDE_SPEC.split(";"))
-    sizes = list(zip(*(yaml.safe_load(fields[name]) for name in ("m", "n", "k"))))
+    sizes = _wide_sizes()
     chosen = submission.sm100_shape_config(sizes, 3, submission.Sm100Config.parse(config))
     assert chosen.token_variants == (64, 128, 192)
     records, offsets = submission.sm100_schedule(sizes, 3, chosen)
@@ -321,17 +325,26 @@ def test_the_emulated_wide_shape_runs_192_token_tiles(config):
     assert sum(w[-1] == 192 for w in widths) == 2 and any(192 in w[:-1] for w in widths), widths
 
 
-@pytest.mark.parametrize("adds", ["one after another (Python 3.11)", "compensated (Python 3.12 on)"])
-def test_the_schedule_does_not_depend_on_how_python_adds_floats(monkeypatch, adds):
-    """Python 3.12's sum() compensates its rounding (Neumaier); the board's runner is Python 3.13 and CI 3.11.
-    The model's tile costs are floats whose loads near-tie, so a schedule that added them with sum() broke ties
-    by the interpreter: the emulated wide shape got [[192, 192], [192, 192, 128], [192, 64, 128, 64]] under
-    3.12 (the H200 machine's quick suite) against [[192, 192], [192, 192], [192, 64, 128, 128, 64]] under
-    3.11. Under either addition every shape's records and workers must be the ones built here."""
-    from test_emulator_submission import WIDE_SPEC
+def _neumaier_sum(values, start=0):
+    """Python 3.12's sum() of floats: each addition's rounding error kept aside (Neumaier) and added at the end."""
+    values = list(values)
+    if not values or not all(isinstance(value, float) for value in values):
+        return functools.reduce(operator.add, values, start)
+    total, lost = float(start), 0.0
+    for value in values:
+        added = total + value
+        lost += (total - added) + value if abs(total) >= abs(value) else (value - added) + total
+        total = added
+    return total + lost
 
-    fields = dict(part.strip().split(":") for part in WIDE_SPEC.split(";"))
-    shapes = {**SHAPES, "wide": list(zip(*(yaml.safe_load(fields[name]) for name in ("m", "n", "k"))))}
+
+def test_the_schedule_does_not_depend_on_how_python_adds_floats(monkeypatch):
+    """Python 3.12's sum() compensates its rounding; the board's runner is Python 3.13 and CI 3.11. The model's
+    tile costs are floats whose loads near-tie, so a schedule that added them with sum() broke ties by the
+    interpreter: the emulated wide shape got [[192, 192], [192, 192, 128], [192, 64, 128, 64]] under 3.12 (the
+    H200 machine's quick suite) against [[192, 192], [192, 192], [192, 64, 128, 128, 64]] under 3.11. With
+    sum() as either interpreter's, every shape's choice, records and workers must be the same."""
+    shapes = {**SHAPES, "wide": _wide_sizes()}
     configs = [submission.Sm100Config.parse(text) for text in ("shipped", "shipped,jobs=stream", "safe")]
 
     def plans():
@@ -345,11 +358,10 @@ def test_the_schedule_does_not_depend_on_how_python_adds_floats(monkeypatch, add
         return plan
 
     expected = plans()
-    if adds.startswith("compensated"):
-        monkeypatch.setattr("builtins.sum", lambda values, start=0: math.fsum(values) + start)
-    else:
-        monkeypatch.setattr("builtins.sum", lambda values, start=0: functools.reduce(operator.add, values, start))
-    assert plans() == expected
+    one_after_another = lambda values, start=0: functools.reduce(operator.add, values, start)  # noqa: E731
+    for python_sum in (one_after_another, _neumaier_sum):
+        monkeypatch.setattr("builtins.sum", python_sum)
+        assert plans() == expected, python_sum
 
 
 @pytest.mark.parametrize("cta_group", [2, 1])

@@ -58,8 +58,8 @@ failed), or RACE (with --races: an unordered pair of accesses). The figures: err
 |out - ref| / (1e-3 + 1e-3 |ref|) (PASS needs <= 1), and max_abs_error, the worst |out - ref| (outputs
 reach the hundreds, so it may exceed 1e-3 on a PASS).
 Exit status 0 only for PASS; FAIL 1, OUTSIDE 2, HANG 3, ERROR 4, RACE 6; a bad command line 2 (argparse: a
-missing or malformed option; --timeline without matplotlib) or 5 (a configuration text, spec or shape that does not parse or that the
-kernel refuses, a --submission without a B200 kernel).
+missing or malformed option; --timeline without matplotlib) or 5 (a configuration text, spec or shape that does
+not parse or that the kernel refuses, a --submission without a B200 kernel).
 """
 
 from __future__ import annotations
@@ -713,14 +713,6 @@ def _timed(args) -> dict:
     return {**options, "timeline": args.recorded}
 
 
-def matplotlib_importable() -> bool:
-    try:
-        import matplotlib  # noqa: F401 - emulator/timeline.py draws with it
-    except ImportError:
-        return False
-    return True
-
-
 def _draw_timeline(args, word: str) -> None:
     recorded = getattr(args, "recorded", None)
     if recorded is not None and recorded.rows:
@@ -753,11 +745,13 @@ def main(argv=None) -> int:
     silence_dsl_deprecation()
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
-    if args.timeline is not None and not matplotlib_importable():
-        # said before minutes of emulation, as eval.py says it for --plot
-        print("emulate.py: --timeline needs matplotlib, which is not installed (pip install matplotlib)",
-              file=sys.stderr, flush=True)
-        return 2
+    if args.timeline is not None:
+        from plot_benchmarks import matplotlib_available  # tools/, beside this file
+
+        if not matplotlib_available():  # said before minutes of emulation, as eval.py says it for --plot
+            print("emulate.py: --timeline needs matplotlib, which is not installed (pip install matplotlib)",
+                  file=sys.stderr, flush=True)
+            return 2
     if args.time or args.timeline or args.timing_only:
         args.mode = "timed"
     os.environ.setdefault("CUTE_DSL_DISABLE_FILE_CACHING", "1")
