@@ -446,7 +446,9 @@ def _balance(jobs, num_workers):
         load, w = heapq.heappop(heap)
         bins[w].append(job)
         heapq.heappush(heap, (load + job[0], w))
-    loads = [_added_in_order(cost for cost, _ in b) for b in bins]
+    loads = [0] * count  # the heap's sums: each bin's costs added in the order its jobs went in
+    for load, w in heap:
+        loads[w] = load
     for _ in range(20 * count):
         hi = max(range(count), key=loads.__getitem__)
         best = None  # (new local max, other worker, index in hi, index in other or None for a move)

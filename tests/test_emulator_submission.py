@@ -61,7 +61,8 @@ STREAM_SPECS = [
 WIDE_SPEC = "m: [176, 160, 40, 300]; n: [768, 384, 256, 256]; k: [1536, 1024, 512, 256]; g: 4; seed: 31"
 
 
-def emulate(config: str, specs, *, mode: str = "eager", seed: int = 0, workers=2, timeout: int = 900, submission=None):
+def emulate(config: str, specs, *, mode: str = "eager", seed: int = 0, workers=2, timeout: int = 900,
+            submission=None):
     args = [sys.executable, str(ROOT / "tools" / "emulate.py"), "submission", "--config", config,
             "--mode", mode, "--seed", str(seed), "--races"]  # race detection on (test_emulator_races.py)
     if submission is not None:
