@@ -47,7 +47,7 @@
   victims through HBM: the L2 flush before the timed calls left L2 dirty (`DirtyL2`). TMA stores and
   `st.global` bytes go through the same HBM server; a grid completes when they have drained. A TMA store
   also passes its SM's store unit, one box after another at `tma_store_bytes_per_cycle`, and completes
-  `tma_store_latency` after (both measured on an H100: tools/hopper_tma_store.cu). The tensor
+  `tma_store_latency` after (both measured on an H100: tools/hopper_tma_store{,_rate}.cu). The tensor
   pipe is one in-order queue per issuing SM (a `cta_group::2` pair's even SM): an MMA starts when issued and
   the pipe is free, occupies it for its initiation interval and completes a latency after its start (per N
   and cta_group); `tcgen05.cp` likewise, for the shared-memory bytes it reads; a commit arrives

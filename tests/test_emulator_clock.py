@@ -489,7 +489,7 @@ def submission_timed(spec, *extra):
 def test_tma_stores_of_one_sm_pass_its_store_unit_one_box_after_another():
     """The B200 kernel's only tile is its last: each CTA's 4 epilogue warps store its 128 x 128 fp16 of C as 16
     TMA boxes of 2 KB, and the CTA exits when they are read. Through the SM's store unit at the H100's measured
-    24.5 bytes per cycle (tools/hopper_tma_store.cu) the 32 KB take 1337 cycles, partly under the warps' issue:
+    31 bytes per cycle (tools/hopper_tma_store_rate.cu) the 32 KB take 1057 cycles, partly under the warps' issue:
     the call ends later than with an unbounded unit by a good part of that, and by no more."""
     spec = "m: [128]; n: [256]; k: [256]; g: 1; seed: 4"
     measured = submission_timed(spec)

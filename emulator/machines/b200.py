@@ -88,12 +88,14 @@ B200 = Machine("B200", "sm_100a", {
                                  "gives -2/+4/0/-1/+1%, a fixed latency 0/+13/+25/+28/+1%) (3)"),
     "tma_l2_latency": C(340, "cycles", "E", "H200 TMA L2 hit 316-367 cycles for <= 4 KiB (Table 2); B200 "
                         "L2 hit 295 cycles [MD]"),
-    "tma_store_latency": C(58, "cycles", "E", "the H100's: a lone 2 KB box store completes 142 cycles after its issue "
-                           "(wait_group.read and wait_group alike), of which 84 pass the SM's store unit "
-                           "(tma_store_bytes_per_cycle); tools/hopper_tma_store.cu, 2026-11-26; no B200 figure"),
-    "tma_store_bytes_per_cycle": C(24.5, "bytes/cycle", "E", "the H100's SM store unit: 4 warps' 2 KB box stores from one "
-                                   "SM complete one per 84 cycles (334 cycles per round of 4; tools/hopper_tma_store.cu, "
-                                   "2026-11-26); every SM storing at once: 513 per round; no B200 figure"),
+    "tma_store_latency": C(76, "cycles", "E", "the H100's: a lone 2 KB box store completes 142 cycles after its issue "
+                           "(wait_group.read and wait_group alike; tools/hopper_tma_store.cu, 2026-11-26), of which 66 "
+                           "pass the SM's store unit (tma_store_bytes_per_cycle); no B200 figure"),
+    "tma_store_bytes_per_cycle": C(31.0, "bytes/cycle", "E", "the H100's SM store unit with stores in flight: 4 warps each "
+                                   "keeping 4 boxes of 2 KB (32 x 64 B, ours) in flight drain 30.8-31.0 B/cycle from one "
+                                   "SM, and every box shape tried 30.8-31.9 (the rate is per byte, not per box or row); "
+                                   "tools/hopper_tma_store_rate.cu, 2026-11-27 (tools/data/hopper_tma_store_rate_2026-11-27.txt); "
+                                   "every SM storing at once: 14-15 per SM (the H100's HBM, the HBM server here); no B200 figure"),
     # launch (Table 1 section 7)
     "launch_gap_us": C(0.93, "us", "E", "H200: last CTA end of call k-1 -> first CTA start of call k, "
                        "928 ns median without PDL (Table 2); not found for B200"),

@@ -77,11 +77,12 @@ H200 = Machine("H200", "sm_90a", {
                                  "+3/+2/-3/0/+1%, a fixed latency +13/+31/+47/+7/+1%). It was 1.8 with 855 cycles, fitted "
                                  "to ../shared/h200-microbench's table, whose issuing loop capped its small loads"),
     "tma_l2_latency": C(367, "cycles", "H", "TMA L2 hit, 4 KiB: 367 cycles"),
-    "tma_store_latency": C(58, "cycles", "E", "measured on an H100 (sm_90, the H200's SM): a lone 2 KB box store "
-                           "completes 142 cycles after its issue, of which 84 pass the SM's store unit; "
-                           "tools/hopper_tma_store.cu, 2026-11-26"),
-    "tma_store_bytes_per_cycle": C(24.5, "bytes/cycle", "E", "measured on an H100 (sm_90, the H200's SM): 4 warps' 2 KB "
-                                   "box stores from one SM complete one per 84 cycles; tools/hopper_tma_store.cu"),
+    "tma_store_latency": C(76, "cycles", "E", "measured on an H100 (sm_90, the H200's SM): a lone 2 KB box store "
+                           "completes 142 cycles after its issue (tools/hopper_tma_store.cu, 2026-11-26), of which 66 "
+                           "pass the SM's store unit at tma_store_bytes_per_cycle"),
+    "tma_store_bytes_per_cycle": C(31.0, "bytes/cycle", "E", "measured on an H100 (sm_90, the H200's SM): 4 warps each "
+                                   "keeping 4 boxes of 2 KB in flight drain 30.8-31.0 B/cycle from one SM, any box shape "
+                                   "30.8-31.9; tools/hopper_tma_store_rate.cu, 2026-11-27"),
     "launch_gap_us": C(0.93, "us", "H", "kernel boundary gap 928 ns median without PDL"),
     "launch_gap_pdl_us": C(0.48, "us", "H", "480 ns with PDL"),
     "cta_dispatch_us": C(0.00054, "us/CTA", "E", "B200 figure [PB]"),
