@@ -139,9 +139,9 @@ tile so and gives up the eighth operand stage (7 + 3 C stages); "ptx" (shipped u
 stores every tile from registers; "atoms" is "ptx" with the library's TMEM-load atom. Timed
 emulator, B200 description, streams of 4 calls (2026-11-25, BENCHMARKS.md, "The ladder"): see the
 ladder for ptx against tma_last side by side. The emulator passes an SM's TMA stores through one
-store unit at 31 bytes a cycle, each landing 76 cycles after (an H100's with stores in flight,
-measured: BENCHMARKS.md, "The TMA store unit's rate"; the rate is per byte, so a wider box would not
-drain faster), so a last tile's 16 boxes per CTA take about 1057 cycles; tma_last beats ptx there
+store unit at 31 bytes a cycle (an H100's with stores in flight, measured: BENCHMARKS.md, "The TMA
+store unit's rate"; the rate is per byte, so a wider box would not drain faster), each landing 76
+cycles after (the rest of a lone box's measured 142), so a last tile's 16 boxes per CTA take about 1057 cycles; tma_last beats ptx there
 (benchmarks 3 and 4: 4.88 / 3.14 against 5.16 / 3.47 us, simulated side by side; the B200
 description's held-out error is 17.4% RMS). No hardware has run a TMA store of this kernel. 236 registers a thread (ptxas, DSL 4.3.5 and 4.5.2, no spill).
 

@@ -7,9 +7,13 @@
 //
 // Boxes: the B200 kernel's epilogue box (32 rows of 64 bytes: 32 weight rows x 32 tokens of C^T) and wider or
 // taller ones of the same and larger sizes, so that a per-row, per-box and per-byte cost can be told apart.
-// Every store reads the same shared memory (nothing rewrites it) and writes fresh lines of a 64 MiB matrix.
+// Every store reads the same shared memory (nothing rewrites it) and writes fresh lines of a 64 MiB matrix (the
+// every-SM cases write more than 64 MiB and wrap around it, so L2 absorbs part of their writes).
 // Cases: 1 warp and 4 warps of 1 CTA (the SM's store unit alone; L2 absorbs the writes), and 4 warps on every SM
 // (L2 and HBM shared).
+//
+// The loop's address arithmetic (a runtime division per store) costs about 110 cycles an iteration: one warp's
+// small-box rows are the loop's, not the unit's.
 //
 //   nvcc -O3 -arch=sm_90a -std=c++17 tools/hopper_tma_store_rate.cu -o /tmp/tma_store_rate -lcuda && /tmp/tma_store_rate
 #include <cuda.h>

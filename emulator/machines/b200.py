@@ -95,7 +95,7 @@ B200 = Machine("B200", "sm_100a", {
                                    "keeping 4 boxes of 2 KB (32 x 64 B, ours) in flight drain 30.8-31.0 B/cycle from one "
                                    "SM, and every box shape tried 30.8-31.9 (the rate is per byte, not per box or row); "
                                    "tools/hopper_tma_store_rate.cu, 2026-11-27 (tools/data/hopper_tma_store_rate_2026-11-27.txt); "
-                                   "every SM storing at once: 14-15 per SM (the H100's HBM, the HBM server here); no B200 figure"),
+                                   "every SM storing at once: 14-15 per SM, L2 and HBM shared (the clock's L2 and HBM servers); no B200 figure"),
     # launch (Table 1 section 7)
     "launch_gap_us": C(0.93, "us", "E", "H200: last CTA end of call k-1 -> first CTA start of call k, "
                        "928 ns median without PDL (Table 2); not found for B200"),
