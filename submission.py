@@ -117,6 +117,18 @@ that its block dispatcher places the warmers first and on the SMs the previous c
 timed emulator dispatches clusters in index order onto free pairs) and that the host has enqueued
 the next call by then (the board's loop of 15 calls).
 
+Self-warming (self_warm=on). Where no pair is idle (benchmarks 1 and 2) no warmer launches, yet the
+previous call's last CTAs leave HBM half idle while the ones that ended first hand their SMs to this
+call, whose CTAs then only wait. So before its dependency wait each worker's TMA warp issues
+cp.async.bulk.prefetch.tensor of the boxes of its first record's first k-tiles (self_warm_plan: as
+many as the first records' bytes per k-tile fit SELF_WARM_BYTES, 16 MiB: 3 and 4 k-tiles on
+benchmarks 1 and 2), the boxes its own loads will ask for after the wait. The same coherence
+argument as the warmers': a hint into L2, nothing in shared memory before the wait. Off where
+warmers launch (they bring every record; on benchmarks 3 and 4 self-warming as well cost 2% and 6%).
+Timed emulator, B200 description, streams of 4 (BENCHMARKS.md, "Self-warming"; the budget fitted on
+benchmark 2, benchmark 1 held out): 23.06 / 13.11 us against 24.02 / 13.79 without. Only a B200
+shows that the next call's CTAs start on the SMs the previous call freed first.
+
 Epilogue ("tma_last": direct stores, the worker's last tile through a TMA store). C is [M, N]
 with N contiguous and the accumulator holds C^T, so a lane owns one weight column n and 32
 consecutive token rows. Every tile but a worker's last is stored from registers: neighbouring
@@ -229,6 +241,11 @@ Departures from NVIDIA's dense_blockscaled_gemm_persistent.py (cutlass v4.3.5), 
                                                                     prefetch (cute.prefetch) by
                                                                     every warp, no dependency wait
                                                                     (off with jobs="stream")
+  self_warm       on       off     no prefetch before the           TMA tensor prefetch of the first
+                                   dependency wait                  record's first k-tiles before
+                                                                    the dependency wait (off with
+                                                                    warmers launched or
+                                                                    jobs="stream")
 Departures no switch removes (SM100_SAFE keeps them): one launch for all groups with one TMA
 atom per group and operand; a tile's trip count and token range from the host's table; token
 boxes partly past M, zero-filled by the TMA. The direct stores (st.global predicated on M) are
@@ -1290,6 +1307,11 @@ class Sm100Config:
     # (cp.async.bulk.prefetch.tensor), then exit. With PDL they start on the SMs the previous
     # call leaves idle, so the call's first loads hit L2 instead of waiting on HBM.
     warmers: bool = True
+    # Warm L2 from the workers themselves where no pair is idle (no warmer launches): before the
+    # wait for the previous grid, each worker's TMA warp prefetches the boxes of its first record's
+    # first k-tiles (cp.async.bulk.prefetch.tensor), so a CTA that starts on an SM the previous
+    # call freed early fills HBM's idle time under that call's last CTAs.
+    self_warm: bool = True
 
     def __post_init__(self):
         if self.cta_group not in (1, 2):
@@ -1305,6 +1327,8 @@ class Sm100Config:
         # jobs="stream" turns warmers off: its kernel with them spills (29 LDL, 14 STL: the summing
         # epilogue leaves no registers for the warmers' walk; tools/inspect_sm100.py, DSL 4.3.5).
         object.__setattr__(self, "warmers", bool(self.warmers) and self.jobs != "stream")
+        # jobs="stream" turns self_warm off too: a first record may be a later part of K.
+        object.__setattr__(self, "self_warm", bool(self.self_warm) and self.jobs != "stream")
         # The 192-token variant needs a pair (its two scale blocks are multicast as one is) and
         # whole-K records (stream-K's partials are 128 tokens wide): cta_group 1 and jobs="stream"
         # turn it off.
@@ -1411,7 +1435,7 @@ def _config_value(value) -> str:
 SM100_SHIPPED = Sm100Config()
 SM100_SAFE = Sm100Config(
     cta_group=1, token_variants=(128,), multicast=False, pdl=False, l2_hints=False, epilogue="atoms",
-    descriptors="branch", jobs="hybrid", warmers=False,
+    descriptors="branch", jobs="hybrid", warmers=False, self_warm=False,
 )
 
 
@@ -1956,6 +1980,13 @@ class Sm100GroupedGemm:
         if cutlass.const_expr(self.config.l2_prefetch):
             if begin < end:
                 self._prefetch_l2(args, tiles, begin, is_leader_cta)
+        if cutlass.const_expr(self.config.self_warm):
+            if begin < end and args.self_warm_k_tiles > 0:  # 0 where warmers launch: no record read
+                self._prefetch_record(
+                    tiles, begin, cutlass.min(tiles[begin, 6] // K_TILE, args.self_warm_k_tiles), True, True,
+                    (tAgA, tAgSFA, tBgSFB, [part[1] for part in token_parts]),
+                    (weight_atoms, weight_sf_atoms, token_sf_atoms, token_atoms),
+                )
         if cutlass.const_expr(self.config.pdl):
             # The kernel before this one in the stream (the previous call, or whatever wrote the
             # inputs) may still be running; its writes are visible only after this wait. Every
@@ -2092,31 +2123,40 @@ class Sm100GroupedGemm:
         weight scales, token scales and tokens per variant), each box once: a weight block's on
         its first token tile, a token tile's on its first weight block. Prefetch is a hint and L2
         the point of coherence, so it needs no wait for the previous grid."""
-        weights, weight_scales, token_scales, tokens = sources
-        weight_atoms, weight_sf_atoms, token_sf_atoms, token_atoms = atoms
         for t in range(first, args.num_tiles, step):
-            g, n0, t0, variant_index = tiles[t, 0], tiles[t, 1], tiles[t, 2], tiles[t, 3]
+            n0, t0 = tiles[t, 1], tiles[t, 2]
             # whole-K records only (jobs="stream", which cuts K, turns warmers off); a record that is
             # neither its weight block's first token tile nor its token tile's first block brings none
             k_end = cutlass.min(tiles[t, 6] // K_TILE, args.warm_k_tiles)
             if t0 != 0 and n0 != 0:
                 k_end = 0
-            block = n0 // self.config.weight_rows
-            for k in range(0, k_end):
-                for group in cutlass.range_constexpr(self.num_groups):
-                    if g == group:
-                        if t0 == 0:
-                            cute.prefetch(weight_atoms[group], weights[(None, block, k, 0)])
-                            cute.prefetch(weight_sf_atoms[group], weight_scales[(None, block, k, 0)])
-                        if n0 == 0:
-                            cute.prefetch(token_sf_atoms[group], token_scales[(None, t0 // TOKEN_CHUNK, k, 0)])
-                            for v in cutlass.range_constexpr(len(self.variants)):
-                                if variant_index == v:
-                                    cute.prefetch(
-                                        token_atoms[v][group], tokens[v][(None, t0 // self.variants[v].tokens, k, 0)]
-                                    )
-                                    for b in cutlass.range_constexpr(1, self.variants[v].scale_blocks):
-                                        cute.prefetch(token_sf_atoms[group], token_scales[(None, t0 // TOKEN_CHUNK + b, k, 0)])
+            self._prefetch_record(tiles, t, k_end, t0 == 0, n0 == 0, sources, atoms)
+
+    @cute.jit
+    def _prefetch_record(self, tiles, t, k_end, with_weights, with_tokens, sources, atoms):
+        """cp.async.bulk.prefetch.tensor of record t's boxes of k-tiles 0 .. k_end - 1 that this
+        CTA loads (`sources`: its partitions of the weights, weight scales, token scales and tokens
+        per variant): the weights' and their scales' where with_weights, the tokens' and their
+        scales' where with_tokens."""
+        weights, weight_scales, token_scales, tokens = sources
+        weight_atoms, weight_sf_atoms, token_sf_atoms, token_atoms = atoms
+        g, n0, t0, variant_index = tiles[t, 0], tiles[t, 1], tiles[t, 2], tiles[t, 3]
+        block = n0 // self.config.weight_rows
+        for k in range(0, k_end):
+            for group in cutlass.range_constexpr(self.num_groups):
+                if g == group:
+                    if with_weights:
+                        cute.prefetch(weight_atoms[group], weights[(None, block, k, 0)])
+                        cute.prefetch(weight_sf_atoms[group], weight_scales[(None, block, k, 0)])
+                    if with_tokens:
+                        cute.prefetch(token_sf_atoms[group], token_scales[(None, t0 // TOKEN_CHUNK, k, 0)])
+                        for v in cutlass.range_constexpr(len(self.variants)):
+                            if variant_index == v:
+                                cute.prefetch(
+                                    token_atoms[v][group], tokens[v][(None, t0 // self.variants[v].tokens, k, 0)]
+                                )
+                                for b in cutlass.range_constexpr(1, self.variants[v].scale_blocks):
+                                    cute.prefetch(token_sf_atoms[group], token_scales[(None, t0 // TOKEN_CHUNK + b, k, 0)])
 
     @cute.jit
     def _prefetch_descriptors(self, g, weight_atoms, token_atoms, weight_sf_atoms, token_sf_atoms):
@@ -2594,7 +2634,7 @@ def _sm100_args_layout(num_groups: int) -> LaunchArgs:
     their layout)."""
     return LaunchArgs(
         num_groups, addresses=("tiles", "worker_tiles", "workspace", "partial_counts"),
-        integers=("num_tiles", "num_workers", "warmers", "warm_k_tiles"),
+        integers=("num_tiles", "num_workers", "warmers", "warm_k_tiles", "self_warm_k_tiles"),
     )
 
 
@@ -2632,6 +2672,7 @@ def sm100_launch_args(sizes, device, config: Sm100Config):
     args.set("num_workers", len(offsets))
     args.set("warmers", warmers)
     args.set("warm_k_tiles", warm_k_tiles)
+    args.set("self_warm_k_tiles", self_warm_plan(records, offsets[warmers:], warmers, config))
     workspace, partial_counts = partial_scratch(
         records, config.cta_group * PARTIAL_CTA_BYTES, config.cta_group * len(EPILOGUE_WARPS), device
     )
@@ -2657,6 +2698,25 @@ def warm_l2_plan(sizes, busy_workers: int, co_resident: int, config: Sm100Config
                      for m, n, _ in sizes)
     k_tiles = max(k for _, _, k in sizes) // K_TILE
     return warmers, max(1, min(k_tiles, WARM_L2_BYTES // per_k_tile))
+
+
+# What the workers' own prefetches (self_warm) may bring into L2 for one call, all workers together:
+# about what HBM carries in the 2 us of the previous call's last CTAs (7.2 TB/s), chosen among 8, 16
+# and 32 MiB on benchmark 2 in the timed emulator, benchmark 1 held out (BENCHMARKS.md).
+SELF_WARM_BYTES = 16 << 20
+
+
+def self_warm_plan(records, offsets, warmers: int, config: Sm100Config) -> int:
+    """k-tiles of its first record each worker prefetches before the dependency wait (self_warm):
+    as many as the first records' input bytes per k-tile (weights, tokens of the record's variant
+    and their scales) fit SELF_WARM_BYTES, at least 1; 0 when the switch is off or warmers launch
+    (they bring every record's inputs)."""
+    if not config.self_warm or warmers > 0:
+        return 0
+    rows = [config.weight_rows + _ceil_div(config.token_variants[records[row[0]][3]], SF_BLOCK_ROWS) * SF_BLOCK_ROWS
+            for row in offsets if row[0] < row[-1]]
+    per_k_tile = sum(rows) * (K_TILE // 2 + K_TILE // SF_VEC_SIZE)
+    return max(1, SELF_WARM_BYTES // max(per_k_tile, 1))
 
 
 def make_sm100_launch(sizes, device, config: Sm100Config) -> CompiledLaunch:

@@ -194,11 +194,12 @@ def parse_operand(text: str, rename) -> Operand:
 
 def _parse_address(text: str, rename):
     t = text.replace(" ", "")
-    m = re.fullmatch(r"([^+\-]+)(?:([+\-])(0[xX][0-9a-fA-F]+|\d+))?", t)
+    # `[reg+imm]` with a signed imm (PTX ISA 6.4.1): LLVM's NVPTX backend writes a negative one `+-24`
+    m = re.fullmatch(r"([^+\-]+)(?:([+\-])(-?)(0[xX][0-9a-fA-F]+|\d+))?", t)
     if not m:
         raise PtxParseError(f"cannot parse address {text!r}")
-    base_text, sign, off = m.groups()
-    offset = 0 if off is None else int(off, 0) * (-1 if sign == "-" else 1)
+    base_text, sign, negative, off = m.groups()
+    offset = 0 if off is None else int(off, 0) * (-1 if (sign == "-") != (negative == "-") else 1)
     value = _parse_int(base_text)
     if value is not None:
         return None, value + offset

@@ -251,3 +251,24 @@ $L_end:
     assert out[2] == 0xF  # (2^32 - 3) * 16 >> 32
     assert out[3] == 0xFFFFFFFF  # -3 * 16 >> 32, signed
     assert out[4] == 0xFD44FF33  # bytes 5, 1, 4, 0 of {b, a}
+
+
+def test_an_address_with_a_negative_offset_as_llvm_writes_it():
+    """`[reg+-imm]` (PTX ISA 6.4.1: [reg+imm], imm signed), as LLVM's NVPTX backend writes a negative offset
+    (the self_warm kernel at G = 1 has `[%rd148+-24]`), addresses below the register; `[reg-imm]` too."""
+    body = """
+	setp.eq.s32 %p5, %r2, 0;
+	@!%p5 bra $L_end;
+	add.s64 %rd3, %rd1, 32;
+	mov.u32 %r30, 7;
+	st.global.u32 [%rd3+-24], %r30;
+	mov.u32 %r31, 9;
+	st.global.u32 [%rd3-16], %r31;
+	ld.global.u32 %r32, [%rd3+-24];
+	st.global.u32 [%rd3+0], %r32;
+$L_end:
+	ret;
+"""
+    out = np.zeros(16, np.uint32)
+    run(body, out)
+    assert list(out[:9]) == [0, 0, 7, 0, 9, 0, 0, 0, 7]

@@ -44,7 +44,7 @@ EDGE_SPECS = [
 ]
 SWITCHES = ["cta_group=1", "token_variants=128", "multicast=off", "pdl=off", "l2_hints=off", "epilogue=atoms",
             "epilogue=tma", "epilogue=ptx", "descriptors=branch", "prefetch=off", "l2_prefetch=on",
-            "warmers=off"]
+            "warmers=off", "self_warm=off"]
 JOB_POLICIES = ["tiles", "weight_blocks", "hybrid", "stream"]
 # Shapes that jobs=stream cuts at 3 workers (tests/test_schedule.py checks it): one tile in 3 parts; one in 3
 # parts whose pair's second CTA is past N; cut and whole tiles on one worker, 64- and 128-token variants.
@@ -179,12 +179,33 @@ def test_warmers_bring_the_next_calls_inputs_into_l2():
     """One 40-token tile of K 2048 on 3 pairs, timed, as a stream of 3 calls (each checked, races on): with
     warmers the 2 idle pairs launch first and prefetch the call's boxes, weights (256 x 1024 bytes) and all,
     while the call before still runs, so its loads hit L2 and every call after the first is faster. Without
-    them nothing is prefetched."""
+    them (and without self_warm, which takes over where no warmer launches) nothing is prefetched."""
     spec = "m: [40]; n: [256]; k: [2048]; g: 1; seed: 3"
     timings = {}
     for switch in ("on", "off"):
-        args = [sys.executable, str(ROOT / "tools" / "emulate.py"), "submission", "--config", f"shipped,warmers={switch}",
+        args = [sys.executable, str(ROOT / "tools" / "emulate.py"), "submission", "--config",
+                f"shipped,warmers={switch}" + (",self_warm=off" if switch == "off" else ""),
                 "--spec", spec, "--workers", "3", "--time", "--calls", "3", "--races"]
+        done = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=ROOT)
+        lines = done.stdout.strip().splitlines()
+        assert done.returncode == 0 and lines[-1].startswith("PASS") and "races=0" in lines[-1], \
+            done.stdout[-3000:] + done.stderr[-3000:]
+        timings[switch] = timing_of(lines)
+    assert timings["on"]["prefetched_mb"] > 256 * 1024 / 1e6 and "prefetched_mb" not in timings["off"]
+    assert timings["on"]["stream_us"] < 0.95 * timings["off"]["stream_us"], timings
+
+
+def test_self_warming_brings_the_first_records_inputs_into_l2():
+    """Three weight blocks of one 40-token tile, K 2048, on 2 pairs, timed, as a stream of 3 calls (each
+    checked, races on): no pair is idle, so no warmer launches; the pair with one tile frees its SMs first
+    and the next call's first worker (two tiles) starts there, prefetching its first record's boxes
+    (self_warm_plan: all 8 k-tiles), weights (256 x 1024 bytes) and all, before its dependency wait, so its
+    loads hit L2 and every call after the first is faster. Without the switch nothing is prefetched."""
+    spec = "m: [40]; n: [768]; k: [2048]; g: 1; seed: 3"
+    timings = {}
+    for switch in ("on", "off"):
+        args = [sys.executable, str(ROOT / "tools" / "emulate.py"), "submission", "--config", f"shipped,self_warm={switch}",
+                "--spec", spec, "--workers", "2", "--time", "--calls", "3", "--races"]
         done = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=ROOT)
         lines = done.stdout.strip().splitlines()
         assert done.returncode == 0 and lines[-1].startswith("PASS") and "races=0" in lines[-1], \

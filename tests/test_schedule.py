@@ -230,6 +230,24 @@ def test_b200_warmers_are_the_pairs_the_schedule_leaves_idle():
     assert submission.warm_l2_plan([(1, 28672, 4096)], 112, 148, warm) == (36, 8)
 
 
+def test_b200_self_warming_where_no_warmer_launches():
+    """self_warm=on: benchmarks 1 and 2 (no idle pair) prefetch their first records' first 3 and 4 k-tiles
+    (74 first records of 256 weight rows and 128 token rows, or 256 for a 192-token tile, at 144 bytes per row
+    per k-tile: 4.39 and 4.09 MB per k-tile against 16 MiB); benchmarks 3 and 4 launch warmers and prefetch
+    none themselves; the
+    switch off, none; a lone small record is capped by its own K in the kernel, not here."""
+    on = submission.SM100_SHIPPED
+    for name, expected in (("benchmarks0", 3), ("benchmarks1", 4), ("benchmarks2", 0), ("benchmarks3", 0)):
+        config = submission.sm100_shape_config(SHAPES[name], 74, on)
+        records, offsets = submission.sm100_schedule(SHAPES[name], 74, config)
+        warmers, _ = submission.warm_l2_plan(SHAPES[name], len(offsets), 74, config)
+        assert submission.self_warm_plan(records, offsets, warmers, config) == expected, name
+        off = dataclasses.replace(config, self_warm=False)
+        assert submission.self_warm_plan(records, offsets, warmers, off) == 0
+    records, offsets = submission.sm100_schedule([(40, 256, 2048)], 1, on)
+    assert submission.self_warm_plan(records, offsets, 0, on) == (16 << 20) // ((256 + 128) * 144)
+
+
 @pytest.mark.parametrize("jobs", ["weight_blocks", "stream"])
 @pytest.mark.parametrize("name", sorted(SHAPES))
 def test_h200_flipped_jobs_write_every_output_once(name, jobs):

@@ -45,7 +45,8 @@ overheads at small N; host time (hidden behind the board's L2 flush); the first 
 Which Sm100Config switches it can judge
   - cta_group, token_variants and jobs: workers, stage count, token widths and the schedule all
     enter the model (the per-configuration table gives each its own figure).
-  - multicast, l2_hints, epilogue, descriptors, pdl, prefetch, l2_prefetch and warmers: the model has no term for them,
+  - multicast, l2_hints, epilogue, descriptors, pdl, prefetch, l2_prefetch, warmers and self_warm: the model has no
+    term for them,
     so every one of them gets the shipped figure, and the table says so. Assumed ranges, not
     measured and not fitted: pdl and prefetch hide part of start_us (4.6 us per call): PDL, launch
     and prologue overlapped with the previous call's tail, 0 to 2 us per call (gau-nernst's
@@ -57,6 +58,8 @@ Which Sm100Config switches it can judge
     (the first record's operands into L2 before the dependency wait): 0 to 2%. warmers (idle pairs
     prefetching a call's inputs into L2 while the call before runs; only where the schedule leaves
     pairs idle, benchmarks 3 and 4): 0 to the first load's HBM latency, about 1 us per call there.
+    self_warm (each worker prefetching its first record's first k-tiles before the dependency
+    wait, where no warmer launches: benchmarks 1 and 2): 0 to 5% there.
   A B200 run (tools/b200_profile.py, then --refit) measures them all.
 
 Calibration. Five constants of B200Model are fitted: least squares of the relative error over the
@@ -98,7 +101,8 @@ from submission import SM100_SAFE, SM100_SHIPPED, Sm100Config, build_tile_schedu
 FITTED = ("dram_efficiency", "stage_round_trip_us", "start_us", "tma_store_epilogue_us", "descriptor_patch_us")
 SCALE_BLOCK_BYTES = 128 * K_TILE // SF_VEC_SIZE  # one 128-row block of e4m3 scales per k-tile
 # Sm100Config fields the model has no term for (module docstring: assumed ranges).
-NOT_MODELED = ("multicast", "pdl", "l2_hints", "epilogue", "descriptors", "prefetch", "l2_prefetch", "warmers")
+NOT_MODELED = ("multicast", "pdl", "l2_hints", "epilogue", "descriptors", "prefetch", "l2_prefetch", "warmers",
+               "self_warm")
 
 # One tile on its worker: group, weight block (group, first row), first token, tokens, and its
 # mainloop (k-tiles x time per k-tile), MMA-only and epilogue microseconds.
@@ -507,8 +511,8 @@ def configs_table(benches, rms, markdown=False, model=B200_MODEL) -> str:
         f"every time {error_bar(rms)}; differences below that error are not resolved by the model.",
         "The model judges cta_group, token_variants and jobs; it has no term for " + ", ".join(NOT_MODELED)
         + ": assumed, not measured, pdl 0 to 2 us and prefetch 0 to 0.5 us of the 4.6 us start per call,"
-        " warmers 0 to 1 us per call on benchmarks 3 and 4, l2_hints 0 to 5% on benchmarks 1 and 2, the"
-        " others 0 to 2% (tools/b200_model.py docstring).",
+        " warmers 0 to 1 us per call on benchmarks 3 and 4, l2_hints and self_warm 0 to 5% on benchmarks 1"
+        " and 2, the others 0 to 2% (tools/b200_model.py docstring).",
     ])
 
 
