@@ -98,8 +98,9 @@ launch as soon as all its CTAs run (griddepcontrol.launch_dependents at the star
 launch and its prologue (barrier init, TMEM allocation) overlap this kernel's tail on the SMs it
 frees; the TMA warp waits (griddepcontrol.wait) before its first load, and every other role
 depends on loads. Before that wait it reads its first tile record and prefetches that tile's
-descriptors (prefetch.tensormap): neither depends on the previous grid (the schedule tables are
-written when the plan is built). Around the accumulator hand-offs, tcgen05.fence::
+descriptors (prefetch.tensormap) and, with self_warm, the boxes of its first k-tiles into L2
+(below): none of it depends on the previous grid (the schedule tables are written when the plan
+is built). Around the accumulator hand-offs, tcgen05.fence::
 after_thread_sync follows each wait and ::before_thread_sync precedes the epilogue's release.
 
 Warmers (warmers=on). The schedule gives each job one worker and leaves the rest of the
@@ -118,8 +119,8 @@ timed emulator dispatches clusters in index order onto free pairs) and that the 
 the next call by then (the board's loop of 15 calls).
 
 Self-warming (self_warm=on). Where no pair is idle (benchmarks 1 and 2) no warmer launches, yet the
-previous call's last CTAs leave HBM half idle while the ones that ended first hand their SMs to this
-call, whose CTAs then only wait. So before its dependency wait each worker's TMA warp issues
+previous call's CTAs end over about 1 us (benchmark 2, simulated), HBM serving only the last ones,
+while those that ended first hand their SMs to this call, whose CTAs then only wait. So before its dependency wait each worker's TMA warp issues
 cp.async.bulk.prefetch.tensor of the boxes of its first record's first k-tiles (self_warm_plan: as
 many as the first records' bytes per k-tile fit SELF_WARM_BYTES, 16 MiB: 3 and 4 k-tiles on
 benchmarks 1 and 2), the boxes its own loads will ask for after the wait. The same coherence
@@ -2701,8 +2702,8 @@ def warm_l2_plan(sizes, busy_workers: int, co_resident: int, config: Sm100Config
 
 
 # What the workers' own prefetches (self_warm) may bring into L2 for one call, all workers together:
-# about what HBM carries in the 2 us of the previous call's last CTAs (7.2 TB/s), chosen among 8, 16
-# and 32 MiB on benchmark 2 in the timed emulator, benchmark 1 held out (BENCHMARKS.md).
+# fitted in the timed emulator on benchmark 2 among 2, 4 and 8 k-tiles (8.2, 16.4 and 32.7 MB; 8
+# slowed the call before), benchmark 1 held out (BENCHMARKS.md, "Self-warming").
 SELF_WARM_BYTES = 16 << 20
 
 

@@ -234,8 +234,8 @@ def test_b200_self_warming_where_no_warmer_launches():
     """self_warm=on: benchmarks 1 and 2 (no idle pair) prefetch their first records' first 3 and 4 k-tiles
     (74 first records of 256 weight rows and 128 token rows, or 256 for a 192-token tile, at 144 bytes per row
     per k-tile: 4.39 and 4.09 MB per k-tile against 16 MiB); benchmarks 3 and 4 launch warmers and prefetch
-    none themselves; the
-    switch off, none; a lone small record is capped by its own K in the kernel, not here."""
+    none themselves; the switch off, none; a lone small record is capped by its own K in the kernel, not
+    here."""
     on = submission.SM100_SHIPPED
     for name, expected in (("benchmarks0", 3), ("benchmarks1", 4), ("benchmarks2", 0), ("benchmarks3", 0)):
         config = submission.sm100_shape_config(SHAPES[name], 74, on)
