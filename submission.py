@@ -120,7 +120,8 @@ the next call by then (the board's loop of 15 calls).
 
 Self-warming (self_warm=on). Where no pair is idle (benchmarks 1 and 2) no warmer launches, yet the
 previous call's CTAs end over about 1 us (benchmark 2, simulated), HBM serving only the last ones,
-while those that ended first hand their SMs to this call, whose CTAs then only wait. So before its dependency wait each worker's TMA warp issues
+while those that ended first hand their SMs to this call, whose CTAs then only wait. So before its
+dependency wait each worker's TMA warp issues
 cp.async.bulk.prefetch.tensor of the boxes of its first record's first k-tiles (self_warm_plan: as
 many as the first records' bytes per k-tile fit SELF_WARM_BYTES, 16 MiB: 3 and 4 k-tiles on
 benchmarks 1 and 2), the boxes its own loads will ask for after the wait. The same coherence
