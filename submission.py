@@ -2663,6 +2663,7 @@ def sm100_launch_args(sizes, device, config: Sm100Config):
     config = sm100_shape_config(sizes, co_resident, config)
     records, offsets = sm100_schedule(sizes, co_resident, config)
     warmers, warm_k_tiles = warm_l2_plan(sizes, len(offsets), co_resident, config)
+    self_warm_k_tiles = self_warm_plan(records, offsets, warmers, config)
     offsets = [[0, 0]] * warmers + offsets  # the warmers launch first (lowest cluster indices)
     tiles = torch.tensor(records, dtype=torch.int32, device=device)
     worker_tiles = torch.tensor(offsets, dtype=torch.int32, device=device)
@@ -2674,7 +2675,7 @@ def sm100_launch_args(sizes, device, config: Sm100Config):
     args.set("num_workers", len(offsets))
     args.set("warmers", warmers)
     args.set("warm_k_tiles", warm_k_tiles)
-    args.set("self_warm_k_tiles", self_warm_plan(records, offsets[warmers:], warmers, config))
+    args.set("self_warm_k_tiles", self_warm_k_tiles)
     workspace, partial_counts = partial_scratch(
         records, config.cta_group * PARTIAL_CTA_BYTES, config.cta_group * len(EPILOGUE_WARPS), device
     )

@@ -175,22 +175,28 @@ def test_each_switch_flipped_from_shipped(switch):
     assert_all_pass(f"shipped,{switch}", [EDGE_SPECS[1]])
 
 
+def _prefetching_stream(spec: str, workers: int, configs: dict) -> dict:
+    """Per label, the timing of `spec` on `workers` workers under its configuration, timed as a stream of 3
+    calls, each checked against the reference with races on (every one must PASS with races=0)."""
+    timings = {}
+    for label, config in configs.items():
+        args = [sys.executable, str(ROOT / "tools" / "emulate.py"), "submission", "--config", config,
+                "--spec", spec, "--workers", str(workers), "--time", "--calls", "3", "--races"]
+        done = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=ROOT)
+        lines = done.stdout.strip().splitlines()
+        assert done.returncode == 0 and lines[-1].startswith("PASS") and "races=0" in lines[-1], \
+            done.stdout[-3000:] + done.stderr[-3000:]
+        timings[label] = timing_of(lines)
+    return timings
+
+
 def test_warmers_bring_the_next_calls_inputs_into_l2():
     """One 40-token tile of K 2048 on 3 pairs, timed, as a stream of 3 calls (each checked, races on): with
     warmers the 2 idle pairs launch first and prefetch the call's boxes, weights (256 x 1024 bytes) and all,
     while the call before still runs, so its loads hit L2 and every call after the first is faster. Without
     them (and without self_warm, which takes over where no warmer launches) nothing is prefetched."""
-    spec = "m: [40]; n: [256]; k: [2048]; g: 1; seed: 3"
-    timings = {}
-    for switch in ("on", "off"):
-        args = [sys.executable, str(ROOT / "tools" / "emulate.py"), "submission", "--config",
-                f"shipped,warmers={switch}" + (",self_warm=off" if switch == "off" else ""),
-                "--spec", spec, "--workers", "3", "--time", "--calls", "3", "--races"]
-        done = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=ROOT)
-        lines = done.stdout.strip().splitlines()
-        assert done.returncode == 0 and lines[-1].startswith("PASS") and "races=0" in lines[-1], \
-            done.stdout[-3000:] + done.stderr[-3000:]
-        timings[switch] = timing_of(lines)
+    timings = _prefetching_stream("m: [40]; n: [256]; k: [2048]; g: 1; seed: 3", 3,
+                                  {"on": "shipped,warmers=on", "off": "shipped,warmers=off,self_warm=off"})
     assert timings["on"]["prefetched_mb"] > 256 * 1024 / 1e6 and "prefetched_mb" not in timings["off"]
     assert timings["on"]["stream_us"] < 0.95 * timings["off"]["stream_us"], timings
 
@@ -201,16 +207,8 @@ def test_self_warming_brings_the_first_records_inputs_into_l2():
     and the next call's first worker (two tiles) starts there, prefetching its first record's boxes
     (self_warm_plan: all 8 k-tiles), weights (256 x 1024 bytes) and all, before its dependency wait, so its
     loads hit L2 and every call after the first is faster. Without the switch nothing is prefetched."""
-    spec = "m: [40]; n: [768]; k: [2048]; g: 1; seed: 3"
-    timings = {}
-    for switch in ("on", "off"):
-        args = [sys.executable, str(ROOT / "tools" / "emulate.py"), "submission", "--config", f"shipped,self_warm={switch}",
-                "--spec", spec, "--workers", "2", "--time", "--calls", "3", "--races"]
-        done = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=ROOT)
-        lines = done.stdout.strip().splitlines()
-        assert done.returncode == 0 and lines[-1].startswith("PASS") and "races=0" in lines[-1], \
-            done.stdout[-3000:] + done.stderr[-3000:]
-        timings[switch] = timing_of(lines)
+    timings = _prefetching_stream("m: [40]; n: [768]; k: [2048]; g: 1; seed: 3", 2,
+                                  {"on": "shipped,self_warm=on", "off": "shipped,self_warm=off"})
     assert timings["on"]["prefetched_mb"] > 256 * 1024 / 1e6 and "prefetched_mb" not in timings["off"]
     assert timings["on"]["stream_us"] < 0.95 * timings["off"]["stream_us"], timings
 
