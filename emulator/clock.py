@@ -561,8 +561,11 @@ class Clock:
         return self.state_of[warp.cta.grid].tables
 
     def _recorded(self, grid) -> bool:
-        """The timeline records the stream's first grid."""
-        return self.timeline is not None and grid is self.states[0].grid
+        """The timeline records the first launch of its call of the stream."""
+        if self.timeline is None:
+            return False
+        state = self.state_of[grid]
+        return state.call == self.timeline.call and all(s.call != state.call for s in self.states[:state.index])
 
     # ---------------------------------------------------------------- launch, placement, completion
     def _launch(self, state, time: float) -> None:

@@ -3,7 +3,8 @@ of Nsight Systems' or Perfetto's track view (STYLE.md section 5).
 
 The clock (clock.py) reports to a `Timeline` what each warp did over time (issuing, or waiting on which
 barrier) and what each CTA's asynchronous units had in flight (TMA loads, the tensor pipe's operations);
-only the CTAs chosen (`workers`: indices into the grid's CTA list) are kept. `draw(path)` writes a PNG
+only the CTAs chosen (`workers`: indices into the grid's CTA list) of the call chosen (`call`: the
+stream's call, from 0; the clock records that call's first launch) are kept. `draw(path)` writes a PNG
 (matplotlib, imported only then). Of every CTA it keeps four landmarks, from which `phases()` says where a
 worker's time goes: start-up (CTA start to its first TMA load), first load (to its first tensor-pipe
 operation), mainloop (to its last one's end) and tail (to the CTA's last instruction: the last epilogue).
@@ -15,8 +16,9 @@ from collections import defaultdict
 
 
 class Timeline:
-    def __init__(self, workers=(0, 1)):
+    def __init__(self, workers=(0, 1), call: int = 0):
         self.workers = set(workers)
+        self.call = call  # which call of the stream the clock reports (its first launch)
         self.ctas: dict = {}  # cta -> its index in the grid
         self.rows: dict = defaultdict(list)  # (cta index, row name) -> [(start, end, state)]
         self.machine = None
@@ -102,6 +104,13 @@ class Timeline:
                 values.sort()
                 out[name] = (round(values[len(values) // 2], 3), round(values[-1], 3))
         return out
+
+    def span(self) -> tuple:
+        """(first CTA start, last CTA end) of the recorded launch, in us of the stream's clock."""
+        us = self.machine.us if self.machine is not None else (lambda c: c)
+        starts = [marks[0] for marks in self.landmarks.values() if marks[0] is not None]
+        ends = [marks[4] for marks in self.landmarks.values() if marks[4] is not None]
+        return (us(min(starts)), us(max(ends))) if starts and ends else (0.0, 0.0)
 
     # ---------------------------------------------------------------- picture
     def draw(self, path, title: str = "") -> None:

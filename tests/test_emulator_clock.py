@@ -521,6 +521,41 @@ def test_the_timeline_says_where_each_workers_time_goes(tmp_path):
     assert sum(medians.values()) == pytest.approx(timing["kernel_us"], abs=0.02)
 
 
+def test_the_timeline_draws_the_call_and_the_ctas_asked_for(tmp_path):
+    """--timeline-call 2 draws the stream's second call and --timeline-ctas the CTAs named. NVIDIA's example
+    launches without PDL, so every CTA of call 2 starts once call 1 has completed and the drawn launch ends
+    when call 2 does; its CTAs run alike, so the phases' medians add up to that launch's span. A call past
+    the stream is a bad command line, refused in one line before the emulation; a CTA the grid lacks (it has
+    CTAs 0 and 1) draws nothing and says so."""
+    require_matplotlib()
+    picture = tmp_path / "timeline.png"
+    command = [sys.executable, "tools/emulate.py", "nvidia", "--time", "--mnk", "256,256,1024", "--clusters", "2",
+               "--calls", "2", "--timeline", str(picture)]
+    done = subprocess.run(command + ["--timeline-call", "2", "--timeline-ctas", "1"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+    lines = done.stdout.strip().splitlines()
+    assert done.returncode == 0 and lines[-1].startswith("PASS"), done.stdout[-3000:] + done.stderr[-3000:]
+    assert picture.stat().st_size > 10_000
+    call_ends = timing_of(lines)["call_end_us"]
+    drawn = next(line for line in lines if line.startswith("timeline: "))
+    first, last = (float(x) for x in drawn.split("ran ", 1)[1].rstrip(" us)").split(" to "))
+    assert "(call 2, CTAs 1;" in drawn, drawn
+    assert first >= call_ends[0] - 1e-6 and last == pytest.approx(call_ends[1], abs=0.01), (drawn, call_ends)
+    phases = next(line for line in lines if line.startswith("phases "))
+    medians = [float(part.rsplit(" ", 3)[1]) for part in phases.split("): ", 1)[1].split(", ")]
+    assert sum(medians) == pytest.approx(last - first, abs=0.02), (phases, drawn)
+
+    absent = tmp_path / "absent.png"
+    done = subprocess.run(command[:-1] + [str(absent), "--timeline-ctas", "2"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0 and not absent.exists(), done.stdout[-3000:] + done.stderr[-3000:]
+    assert "timeline: nothing drawn: call 1, CTAs 2: that call's launch has no such CTA" in done.stdout.splitlines()
+
+    refused = subprocess.run(command + ["--timeline-call", "3"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and refused.stdout == "", refused.stdout[-2000:] + refused.stderr[-2000:]
+    assert refused.stderr.strip().splitlines()[-1].endswith("--timeline-call 3: the stream has 2 call(s) (--calls)")
+
+
 def test_a_timeline_without_matplotlib_is_refused_in_one_line_before_the_emulation(tmp_path, without_matplotlib):
     """Without matplotlib, --timeline is a bad command line (exit 2) said at once in one line, not a traceback
     after the emulation has run."""

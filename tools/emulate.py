@@ -11,7 +11,7 @@
         [--arch sm_100a|sm_90a]
 
     python tools/emulate.py benchmarks [--kernel submission|flashinfer|both] [--config TEXT] [--arch sm_100a|sm_90a]
-        [--only N] [--calls N] [--timing-only] [--timeline FILE.png]
+        [--only N] [--calls N] [--timing-only] [--timeline FILE.png [--timeline-call N] [--timeline-ctas I,J,..]]
 
 `--time` (or `--mode timed`) runs the timed mode (emulator/clock.py, with emulator/machines/'s description
 of the GPU): the verdict line adds `simulated X.XX us`, one call's board time (DESIGN.md, "Timed mode");
@@ -22,7 +22,8 @@ of the last even number of gaps between calls' completions after the first: with
 the single-call formula's figure follows it, and the `timing:` line adds each call's completion, the gaps
 and `stream_us`;
 `--timeline FILE.png` also draws the first two CTAs' warps over time and prints every worker's phases
-(start-up, first load, mainloop, tail); `--timing-only` skips TMA data and MMA
+(start-up, first load, mainloop, tail) of the stream's first call (`--timeline-call N` another call's: a later
+one shows the steady state; `--timeline-ctas I,J,..` other CTAs: on benchmarks 3 and 4 the first CTAs are warmers); `--timing-only` skips TMA data and MMA
 arithmetic (the same times; outputs neither computed nor checked: verdict TIMED). `benchmarks` runs task.yml's four
 benchmarks timed, at the B200's worker count, each as a stream of `--calls` calls (default 4; 1: the
 single-call formula alone) checked against the reference, prints per benchmark the stream figure, its gaps
@@ -109,6 +110,24 @@ def _pair(text: str) -> tuple:
     return values
 
 
+def _timeline_choices(p) -> None:
+    p.add_argument("--timeline-call", type=_calls, default=None, metavar="N",
+                   help="with --timeline: draw call N of the stream (from 1; default 1): a later call shows the "
+                        "steady state, the first its cold start")
+    p.add_argument("--timeline-ctas", type=_cta_list, default=None, metavar="I,J,..",
+                   help="with --timeline: the CTAs drawn, by index in the grid (default 0,1)")
+
+
+def _cta_list(text: str) -> tuple:
+    try:
+        ctas = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        ctas = ()
+    if not ctas or min(ctas) < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: CTA indices, comma-separated, from 0")
+    return ctas
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(prog="emulate.py", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
@@ -122,6 +141,7 @@ def parse_args(argv=None):
                        help="timed mode's machine description (default: the kernel's architecture's)")
         p.add_argument("--timeline", type=Path, default=None, metavar="FILE.png",
                        help="timed mode: draw each warp role of a few workers over time")
+        _timeline_choices(p)
         p.add_argument("--timing-only", action="store_true",
                        help="timed mode's fast path: TMA data and MMA arithmetic skipped, outputs not checked "
                             "(verdict TIMED)")
@@ -183,6 +203,7 @@ def parse_args(argv=None):
     p.add_argument("--arch", choices=tuple(ARCH_GPU), default="sm_100a")
     p.add_argument("--only", type=int, default=None, metavar="N", help="only benchmark N (from 1)")
     p.add_argument("--timeline", type=Path, default=None, metavar="FILE.png")
+    _timeline_choices(p)
     p.add_argument("--timing-only", action="store_true", help="skip TMA data and MMA arithmetic (verdict TIMED)")
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                    help="change one constant of the machine description (a what-if run)")
@@ -193,6 +214,11 @@ def parse_args(argv=None):
                         "single-call formula alone)")
     p.add_argument("--submission", type=Path, default=ROOT / "submission.py", metavar="FILE")
     args = parser.parse_args(argv)
+    if args.timeline is None and (args.timeline_call is not None or args.timeline_ctas is not None):
+        parser.error("--timeline-call and --timeline-ctas choose what --timeline draws: give --timeline FILE.png")
+    if args.timeline_call is not None and args.timeline_call > getattr(args, "calls", 1):
+        parser.error(f"--timeline-call {args.timeline_call}: the stream has {getattr(args, 'calls', 1)} call(s) "
+                     "(--calls)")
     if args.command == "benchmarks":
         args.mode, args.time, args.seed, args.ptx_filter, args.step_budget, args.workers = \
             "timed", True, 0, None, None, None
@@ -690,8 +716,9 @@ def _budget(args) -> dict:
 
 
 def _timed(args) -> dict:
-    """The Emulator's timed-mode arguments; with --timeline a fresh Timeline of the first pair of CTAs,
-    drawn after the run (the last case's, when there are several)."""
+    """The Emulator's timed-mode arguments; with --timeline a fresh Timeline of the CTAs and call chosen
+    (default: the first call's first pair of CTAs), drawn after the run (the last case's, when there are
+    several)."""
     if args.mode != "timed":
         return {}
     machine = args.machine
@@ -709,19 +736,29 @@ def _timed(args) -> dict:
         return options
     from emulator.timeline import Timeline
 
-    args.recorded = Timeline(workers=(0, 1))
+    args.recorded = Timeline(workers=args.timeline_ctas or (0, 1), call=(args.timeline_call or 1) - 1)
     return {**options, "timeline": args.recorded}
 
 
 def _draw_timeline(args, word: str) -> None:
     recorded = getattr(args, "recorded", None)
-    if recorded is not None and recorded.rows:
-        title = " ".join(a for a in sys.argv[1:] if not a.startswith("--timeline")) + f": {word}"
-        recorded.draw(args.timeline, title=title)
-        print(f"timeline: {args.timeline}", flush=True)
-        phases = recorded.phases()
-        print("phases (us, median / largest over the CTAs that ran MMAs, " + phases.pop("ctas") + " CTAs): "
-              + ", ".join(f"{name} {mid:.2f} / {top:.2f}" for name, (mid, top) in phases.items()), flush=True)
+    if recorded is None:
+        return
+    drawn = f"call {recorded.call + 1}, CTAs {','.join(str(c) for c in sorted(recorded.workers))}"
+    if not recorded.rows:
+        print(f"timeline: nothing drawn: {drawn}: that call's launch has no such CTA", flush=True)
+        return
+    words, skip = [], False
+    for a in sys.argv[1:]:  # the command line less the timeline's own options and their values
+        if not skip and not a.startswith("--timeline"):
+            words.append(a)
+        skip = a.startswith("--timeline") and "=" not in a
+    recorded.draw(args.timeline, title=" ".join(words) + f": {word}, {drawn}")
+    first, last = recorded.span()
+    print(f"timeline: {args.timeline} ({drawn}; its launch's CTAs ran {first:.2f} to {last:.2f} us)", flush=True)
+    phases = recorded.phases()
+    print("phases (us, median / largest over the CTAs that ran MMAs, " + phases.pop("ctas") + " CTAs): "
+          + ", ".join(f"{name} {mid:.2f} / {top:.2f}" for name, (mid, top) in phases.items()), flush=True)
 
 
 # nvidia-cutlass-dsl 4.5.2 deprecates a pointer form that submission.py keeps because 4.3.5, the board's
