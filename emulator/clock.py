@@ -409,6 +409,7 @@ class GridState:
         self.pdl = pdl
         self.tables = tables
         self.dirty = dirty  # DirtyL2: the write-backs this call owes (shared by the launches of one call)
+        self.recorded = False  # the timeline draws this launch: its call's first (Clock.add)
         self.needs = CtaNeeds(grid)
         self.l1: dict = {}  # SM -> L1 (lines of global loads that allocate in L1; a kernel starts with L1 cold)
         self.scheduled = False  # its launch is in the queue
@@ -533,6 +534,8 @@ class Clock:
         if dirty is None:
             dirty = self.dirty[call] = DirtyL2(self.machine, self.calls_per_flush)
         state = GridState(self, grid, warps, index, call, pdl, tables, dirty)
+        state.recorded = (self.timeline is not None and call == self.timeline.call
+                          and all(s.call != call for s in self.states))
         self.states.append(state)
         self.state_of[grid] = state
         self.memory = self.memory or grid.global_memory
@@ -561,11 +564,8 @@ class Clock:
         return self.state_of[warp.cta.grid].tables
 
     def _recorded(self, grid) -> bool:
-        """The timeline records the first launch of its call of the stream."""
-        if self.timeline is None:
-            return False
-        state = self.state_of[grid]
-        return state.call == self.timeline.call and all(s.call != state.call for s in self.states[:state.index])
+        """The timeline records the first launch of its call of the stream (GridState.recorded)."""
+        return self.state_of[grid].recorded
 
     # ---------------------------------------------------------------- launch, placement, completion
     def _launch(self, state, time: float) -> None:

@@ -105,12 +105,13 @@ class Timeline:
                 out[name] = (round(values[len(values) // 2], 3), round(values[-1], 3))
         return out
 
-    def span(self) -> tuple:
-        """(first CTA start, last CTA end) of the recorded launch, in us of the stream's clock."""
+    def span(self) -> tuple | None:
+        """(first CTA start, last CTA end) of the recorded launch, in us of the stream's clock; None before
+        any CTA of it ran."""
         us = self.machine.us if self.machine is not None else (lambda c: c)
         starts = [marks[0] for marks in self.landmarks.values() if marks[0] is not None]
         ends = [marks[4] for marks in self.landmarks.values() if marks[4] is not None]
-        return (us(min(starts)), us(max(ends))) if starts and ends else (0.0, 0.0)
+        return (us(min(starts)), us(max(ends))) if starts and ends else None
 
     # ---------------------------------------------------------------- picture
     def draw(self, path, title: str = "") -> None:

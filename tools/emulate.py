@@ -22,8 +22,9 @@ of the last even number of gaps between calls' completions after the first: with
 the single-call formula's figure follows it, and the `timing:` line adds each call's completion, the gaps
 and `stream_us`;
 `--timeline FILE.png` also draws the first two CTAs' warps over time and prints every worker's phases
-(start-up, first load, mainloop, tail) of the stream's first call (`--timeline-call N` another call's: a later
-one shows the steady state; `--timeline-ctas I,J,..` other CTAs: on benchmarks 3 and 4 the first CTAs are warmers); `--timing-only` skips TMA data and MMA
+(start-up, first load, mainloop, tail) of the stream's first call (`--timeline-call N`, from 1: call N's, a
+later one shows the steady state; the call's first launch, on the Hopper path its token pre-pass;
+`--timeline-ctas I,J,..`: other CTAs, as on benchmarks 3 and 4, whose first CTAs are warmers); `--timing-only` skips TMA data and MMA
 arithmetic (the same times; outputs neither computed nor checked: verdict TIMED). `benchmarks` runs task.yml's four
 benchmarks timed, at the B200's worker count, each as a stream of `--calls` calls (default 4; 1: the
 single-call formula alone) checked against the reference, prints per benchmark the stream figure, its gaps
@@ -217,8 +218,8 @@ def parse_args(argv=None):
     if args.timeline is None and (args.timeline_call is not None or args.timeline_ctas is not None):
         parser.error("--timeline-call and --timeline-ctas choose what --timeline draws: give --timeline FILE.png")
     if args.timeline_call is not None and args.timeline_call > getattr(args, "calls", 1):
-        parser.error(f"--timeline-call {args.timeline_call}: the stream has {getattr(args, 'calls', 1)} call(s) "
-                     "(--calls)")
+        parser.error(f"--timeline-call {args.timeline_call}: the stream has {args.calls} call(s) (--calls)"
+                     if hasattr(args, "calls") else f"--timeline-call {args.timeline_call}: {args.command} runs one call")
     if args.command == "benchmarks":
         args.mode, args.time, args.seed, args.ptx_filter, args.step_budget, args.workers = \
             "timed", True, 0, None, None, None
