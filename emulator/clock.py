@@ -733,7 +733,10 @@ class Clock:
         self.horizon = self.queue[0][0] if self.queue else float("inf")
         self.current = warp
         start = warp.time
-        count = warp.run(UNBOUNDED, clock=self)
+        if recorded and self.timeline.traced(warp):
+            count = self._run_traced(warp)
+        else:
+            count = warp.run(UNBOUNDED, clock=self)
         self.current = None
         if recorded:
             self.timeline.issue(warp, start, warp.time)
@@ -749,6 +752,19 @@ class Clock:
             self._ready(warp, warp.time)
             return
         self._park(warp)
+
+    def _run_traced(self, warp) -> int:
+        """warp.run, one instruction at a time, each reported to the timeline's trace: the same stops (a
+        wait, a gate, the horizon, the warp's end), so the same times."""
+        count = 0
+        while True:
+            ran = warp.run(1, clock=self)
+            if not ran:
+                return count
+            count += ran
+            self.timeline.instruction(warp, warp.last_index, warp.time)
+            if warp.done or warp.wait is not None:
+                return count
 
     # ---------------------------------------------------------------- blocking and waking
     @staticmethod

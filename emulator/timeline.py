@@ -5,7 +5,9 @@ The clock (clock.py) reports to a `Timeline` what each warp did over time (issui
 barrier) and what each CTA's asynchronous units had in flight (TMA loads, the tensor pipe's operations);
 only the CTAs chosen (`workers`: indices into the grid's CTA list) of the call chosen (`call`: the
 stream's call, from 0; the clock records that call's first launch) are kept. `draw(path)` writes a PNG
-(matplotlib, imported only then). Of every CTA it keeps four landmarks, from which `phases()` says where a
+(matplotlib, imported only then); with `trace`, every instruction the chosen CTAs' warps issue is kept too,
+and `write_trace(path)` lists them per warp with the cycles since the warp's previous one (a stall shows as a
+large gap). Of every CTA it keeps four landmarks, from which `phases()` says where a
 worker's time goes: start-up (CTA start to its first TMA load), first load (to its first tensor-pipe
 operation), mainloop (to its last one's end) and tail (to the CTA's last instruction: the last epilogue).
 """
@@ -16,9 +18,11 @@ from collections import defaultdict
 
 
 class Timeline:
-    def __init__(self, workers=(0, 1), call: int = 0):
+    def __init__(self, workers=(0, 1), call: int = 0, trace: bool = False):
         self.workers = set(workers)
         self.call = call  # which call of the stream the clock reports (its first launch)
+        # with `trace`: (CTA index, warp, time its next instruction may issue, pc) per instruction issued
+        self.trace = [] if trace else None
         self.ctas: dict = {}  # cta -> its index in the grid
         self.rows: dict = defaultdict(list)  # (cta index, row name) -> [(start, end, state)]
         self.machine = None
@@ -57,6 +61,13 @@ class Timeline:
         index = self._index(warp.cta)
         if index is not None and end > start:
             self._add((index, self._warp_row(warp)), start, end, "issuing")
+
+    def traced(self, warp) -> bool:
+        """Whether the clock reports each instruction of `warp` (a chosen CTA's, with `trace`)."""
+        return self.trace is not None and self._index(warp.cta) is not None
+
+    def instruction(self, warp, pc: int, end: float) -> None:
+        self.trace.append((self.ctas[warp.cta], warp, end, pc))
 
     def wait(self, warp, start: float, end: float, wait) -> None:
         index = self._index(warp.cta)
@@ -104,6 +115,27 @@ class Timeline:
                 values.sort()
                 out[name] = (round(values[len(values) // 2], 3), round(values[-1], 3))
         return out
+
+    def write_trace(self, path) -> int:
+        """The trace as text, warp by warp in issue order: the time the warp could issue again after each
+        instruction (us and cycles), the cycles since its previous instruction's, and the PTX. Returns the
+        number of instructions written."""
+        us = self.machine.us if self.machine is not None else (lambda c: c)
+        by_warp = defaultdict(list)
+        for index, warp, end, pc in self.trace:
+            by_warp[(index, warp.warp_id)].append((warp, end, pc))
+        lines = ["# us after issue, cycle after issue, +cycles since the warp's previous instruction, CTA, warp, "
+                 "[pc] PTX"]
+        for (index, warp_id), issued in sorted(by_warp.items()):
+            previous = None
+            for warp, end, pc in issued:
+                gap = "" if previous is None else f"+{end - previous:.0f}"
+                previous = end
+                text = warp.program.kernel.instructions[pc].text
+                lines.append(f"{us(end):10.4f} {end:10.0f} {gap:>7} CTA {index} w{warp_id} {warp.role:9} [{pc}] {text}")
+        with open(path, "w") as out:
+            out.write("\n".join(lines) + "\n")
+        return len(self.trace)
 
     def span(self) -> tuple | None:
         """(first CTA start, last CTA end) of the recorded launch, in us of the stream's clock; None before

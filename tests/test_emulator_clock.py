@@ -557,6 +557,32 @@ def test_the_timeline_draws_the_call_and_the_ctas_asked_for(tmp_path):
     assert refused.stderr.strip().splitlines()[-1].endswith("--timeline-call 3: the stream has 2 call(s) (--calls)")
 
 
+def test_the_trace_lists_every_instruction_and_leaves_the_clock_as_it_was(tmp_path):
+    """--timeline-trace lists every instruction the drawn CTAs' warps issue: on a one-CTA grid as many as the
+    run executed, each warp's in time order, each MMA from the MMA warp. The clock steps a traced warp one
+    instruction at a time; that moves no time: the simulated figure is the one without the trace."""
+    require_matplotlib()
+    trace = tmp_path / "trace.txt"
+    command = [sys.executable, "tools/emulate.py", "nvidia", "--time", "--mnk", "256,256,1024", "--clusters", "1"]
+    runs = [subprocess.run(command + extra, cwd=ROOT, capture_output=True, text=True, timeout=600)
+            for extra in ([], ["--timeline", str(tmp_path / "t.png"), "--timeline-trace", str(trace)])]
+    verdicts = [done.stdout.strip().splitlines()[-1] for done in runs]
+    assert all(done.returncode == 0 for done in runs) and all(v.startswith("PASS") for v in verdicts), verdicts
+    simulated = [v.split("simulated ", 1)[1] for v in verdicts]
+    assert simulated[0] == simulated[1], simulated
+    executed = int(verdicts[1].split("instructions=", 1)[1].split()[0])
+    rows = [line.split(None, 6) for line in trace.read_text().splitlines()[1:]]
+    assert len(rows) == executed, (len(rows), executed)
+    cycles = {}
+    for row in rows:
+        _, cycle, *rest = row
+        warp = next(part for part in row if part.startswith("w"))
+        assert float(cycle) >= cycles.get(warp, 0.0), row
+        cycles[warp] = float(cycle)
+    mmas = [line for line in trace.read_text().splitlines() if "] tcgen05.mma" in line]
+    assert mmas and all(" MMA " in line for line in mmas), mmas[:3]
+
+
 def test_a_timeline_without_matplotlib_is_refused_in_one_line_before_the_emulation(tmp_path, without_matplotlib):
     """Without matplotlib, --timeline is a bad command line (exit 2) said at once in one line, not a traceback
     after the emulation has run."""

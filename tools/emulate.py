@@ -11,7 +11,8 @@
         [--arch sm_100a|sm_90a]
 
     python tools/emulate.py benchmarks [--kernel submission|flashinfer|both] [--config TEXT] [--arch sm_100a|sm_90a]
-        [--only N] [--calls N] [--timing-only] [--timeline FILE.png [--timeline-call N] [--timeline-ctas I,J,..]]
+        [--only N] [--calls N] [--timing-only]
+        [--timeline FILE.png [--timeline-call N] [--timeline-ctas I,J,..] [--timeline-trace FILE.txt]]
 
 `--time` (or `--mode timed`) runs the timed mode (emulator/clock.py, with emulator/machines/'s description
 of the GPU): the verdict line adds `simulated X.XX us`, one call's board time (DESIGN.md, "Timed mode");
@@ -24,7 +25,8 @@ and `stream_us`;
 `--timeline FILE.png` also draws the first two CTAs' warps over time and prints every worker's phases
 (start-up, first load, mainloop, tail) of the stream's first call (`--timeline-call N`, from 1: call N's, a
 later one shows the steady state; the call's first launch, on the Hopper path its token pre-pass;
-`--timeline-ctas I,J,..`: other CTAs, as on benchmarks 3 and 4, whose first CTAs are warmers); `--timing-only` skips TMA data and MMA
+`--timeline-ctas I,J,..`: other CTAs, as on benchmarks 3 and 4, whose first CTAs are warmers;
+`--timeline-trace FILE.txt`: every instruction those CTAs' warps issue, with its time, a stall as a gap); `--timing-only` skips TMA data and MMA
 arithmetic (the same times; outputs neither computed nor checked: verdict TIMED). `benchmarks` runs task.yml's four
 benchmarks timed, at the B200's worker count, each as a stream of `--calls` calls (default 4; 1: the
 single-call formula alone) checked against the reference, prints per benchmark the stream figure, its gaps
@@ -117,6 +119,9 @@ def _timeline_choices(p) -> None:
                         "steady state, the first its cold start")
     p.add_argument("--timeline-ctas", type=_cta_list, default=None, metavar="I,J,..",
                    help="with --timeline: the CTAs drawn, by index in the grid (default 0,1)")
+    p.add_argument("--timeline-trace", type=Path, default=None, metavar="FILE.txt",
+                   help="with --timeline: also list every instruction the drawn CTAs' warps issue, with its time "
+                        "and the cycles since the warp's previous one")
 
 
 def _cta_list(text: str) -> tuple:
@@ -215,8 +220,8 @@ def parse_args(argv=None):
                         "single-call formula alone)")
     p.add_argument("--submission", type=Path, default=ROOT / "submission.py", metavar="FILE")
     args = parser.parse_args(argv)
-    if args.timeline is None and (args.timeline_call is not None or args.timeline_ctas is not None):
-        parser.error("--timeline-call and --timeline-ctas choose what --timeline draws: give --timeline FILE.png")
+    if args.timeline is None and (args.timeline_call, args.timeline_ctas, args.timeline_trace) != (None,) * 3:
+        parser.error("--timeline-call, --timeline-ctas and --timeline-trace go with --timeline FILE.png")
     if args.timeline_call is not None and args.timeline_call > getattr(args, "calls", 1):
         parser.error(f"--timeline-call {args.timeline_call}: the stream has {args.calls} call(s) (--calls)"
                      if hasattr(args, "calls") else f"--timeline-call {args.timeline_call}: {args.command} runs one call")
@@ -737,7 +742,8 @@ def _timed(args) -> dict:
         return options
     from emulator.timeline import Timeline
 
-    args.recorded = Timeline(workers=args.timeline_ctas or (0, 1), call=(args.timeline_call or 1) - 1)
+    args.recorded = Timeline(workers=args.timeline_ctas or (0, 1), call=(args.timeline_call or 1) - 1,
+                             trace=args.timeline_trace is not None)
     return {**options, "timeline": args.recorded}
 
 
@@ -757,6 +763,8 @@ def _draw_timeline(args, word: str) -> None:
     recorded.draw(args.timeline, title=" ".join(words) + f": {word}, {drawn}")
     first, last = recorded.span()
     print(f"timeline: {args.timeline} ({drawn}; its launch's CTAs ran {first:.2f} to {last:.2f} us)", flush=True)
+    if args.timeline_trace is not None:
+        print(f"trace: {args.timeline_trace} ({recorded.write_trace(args.timeline_trace)} instructions)", flush=True)
     phases = recorded.phases()
     print("phases (us, median / largest over the CTAs that ran MMAs, " + phases.pop("ctas") + " CTAs): "
           + ", ".join(f"{name} {mid:.2f} / {top:.2f}" for name, (mid, top) in phases.items()), flush=True)
