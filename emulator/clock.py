@@ -755,7 +755,9 @@ class Clock:
 
     def _run_traced(self, warp) -> int:
         """warp.run, one instruction at a time, each reported to the timeline's trace: the same stops (a
-        wait, a gate, the horizon, the warp's end), so the same times."""
+        wait, a gate, the horizon, the warp's end), so the same times. (A "yield" result, which would let the
+        unbounded run return where this one goes on, is the untimed modes' only: with a clock, the sync ops
+        return a wait.)"""
         count = 0
         while True:
             ran = warp.run(1, clock=self)

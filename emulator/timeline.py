@@ -7,7 +7,8 @@ only the CTAs chosen (`workers`: indices into the grid's CTA list) of the call c
 stream's call, from 0; the clock records that call's first launch) are kept. `draw(path)` writes a PNG
 (matplotlib, imported only then); with `trace`, every instruction the chosen CTAs' warps issue is kept too,
 and `write_trace(path)` lists them per warp with the cycles since the warp's previous one (a stall shows as a
-large gap). Of every CTA it keeps four landmarks, from which `phases()` says where a
+large gap; a blocking wait's on the instruction after it), guarded-off ones too (`instructions=` counts them).
+Of every CTA it keeps four landmarks, from which `phases()` says where a
 worker's time goes: start-up (CTA start to its first TMA load), first load (to its first tensor-pipe
 operation), mainloop (to its last one's end) and tail (to the CTA's last instruction: the last epilogue).
 """
@@ -131,7 +132,11 @@ class Timeline:
             for warp, end, pc in issued:
                 gap = "" if previous is None else f"+{end - previous:.0f}"
                 previous = end
-                text = warp.program.kernel.instructions[pc].text
+                instruction = warp.program.kernel.instructions[pc]
+                text = instruction.text
+                if instruction.guard is not None:  # the PTX line's own guard (a scoped register's name less its scope)
+                    register, negated = instruction.guard
+                    text = f"@{'!' if negated else ''}{register.split('@')[0]} {text}"
                 lines.append(f"{us(end):10.4f} {end:10.0f} {gap:>7} CTA {index} w{warp_id} {warp.role:9} [{pc}] {text}")
         with open(path, "w") as out:
             out.write("\n".join(lines) + "\n")

@@ -576,7 +576,7 @@ def test_the_trace_lists_every_instruction_and_leaves_the_clock_as_it_was(tmp_pa
     cycles = {}
     for row in rows:
         _, cycle, *rest = row
-        warp = next(part for part in row if part.startswith("w"))
+        warp = (row[row.index("CTA") + 1], row[row.index("CTA") + 2])  # (CTA, warp)
         assert float(cycle) >= cycles.get(warp, 0.0), row
         cycles[warp] = float(cycle)
     mmas = [line for line in trace.read_text().splitlines() if "] tcgen05.mma" in line]

@@ -26,7 +26,8 @@ and `stream_us`;
 (start-up, first load, mainloop, tail) of the stream's first call (`--timeline-call N`, from 1: call N's, a
 later one shows the steady state; the call's first launch, on the Hopper path its token pre-pass;
 `--timeline-ctas I,J,..`: other CTAs, as on benchmarks 3 and 4, whose first CTAs are warmers;
-`--timeline-trace FILE.txt`: every instruction those CTAs' warps issue, with its time, a stall as a gap); `--timing-only` skips TMA data and MMA
+`--timeline-trace FILE.txt`: every instruction those CTAs' warps issue, with its time, a stall as a gap;
+picture and trace are written after a run that completes, not after a hang or an error); `--timing-only` skips TMA data and MMA
 arithmetic (the same times; outputs neither computed nor checked: verdict TIMED). `benchmarks` runs task.yml's four
 benchmarks timed, at the B200's worker count, each as a stream of `--calls` calls (default 4; 1: the
 single-call formula alone) checked against the reference, prints per benchmark the stream figure, its gaps
@@ -753,7 +754,8 @@ def _draw_timeline(args, word: str) -> None:
         return
     drawn = f"call {recorded.call + 1}, CTAs {','.join(str(c) for c in sorted(recorded.workers))}"
     if not recorded.rows:
-        print(f"timeline: nothing drawn: {drawn}: that call's launch has no such CTA", flush=True)
+        print(f"timeline: nothing drawn{', no trace' if args.timeline_trace else ''}: {drawn}: that call's launch "
+              "has no such CTA", flush=True)
         return
     words, skip = [], False
     for a in sys.argv[1:]:  # the command line less the timeline's own options and their values
