@@ -52,6 +52,10 @@ class Timeline:
         else:
             intervals.append((start, end, state))
 
+    def _us(self, cycles: float) -> float:
+        """Cycles of the recorded machine in us (as they are before any CTA was recorded)."""
+        return self.machine.us(cycles) if self.machine is not None else cycles
+
     def _warp_row(self, warp) -> str:
         return f"w{warp.warp_id} {warp.role}"
 
@@ -103,7 +107,7 @@ class Timeline:
         """Over the CTAs that ran tensor-pipe operations (a cta_group::2 pair's leader), the median and
         the largest of each phase in us: start-up, first load, mainloop, tail (module docstring); their
         sum is the CTA's span. `ctas`: how many did, of how many launched."""
-        us = self.machine.us if self.machine is not None else (lambda c: c)
+        us = self._us
         spans = {"start-up": [], "first load": [], "mainloop": [], "tail": []}
         for start, load, first, last, end in self.landmarks.values():
             if first is None or load is None:
@@ -121,7 +125,7 @@ class Timeline:
         """The trace as text, warp by warp in issue order: the time the warp could issue again after each
         instruction (us and cycles), the cycles since its previous instruction's, and the PTX. Returns the
         number of instructions written."""
-        us = self.machine.us if self.machine is not None else (lambda c: c)
+        us = self._us
         by_warp = defaultdict(list)
         for index, warp, end, pc in self.trace:
             by_warp[(index, warp.warp_id)].append((warp, end, pc))
@@ -145,7 +149,7 @@ class Timeline:
     def span(self) -> tuple | None:
         """(first CTA start, last CTA end) of the recorded launch, in us of the stream's clock; None before
         any CTA of it ran."""
-        us = self.machine.us if self.machine is not None else (lambda c: c)
+        us = self._us
         starts = [marks[0] for marks in self.landmarks.values() if marks[0] is not None]
         ends = [marks[4] for marks in self.landmarks.values() if marks[4] is not None]
         return (us(min(starts)), us(max(ends))) if starts and ends else None
@@ -166,7 +170,7 @@ class Timeline:
                    "#9edae5", "#c49c94", "#525252", "#fdd0a2"]
         colours = {s: palette[i % len(palette)] for i, s in enumerate(s for s in states if s not in fixed)}
         colours.update({s: c for s, c in fixed.items() if s in states})
-        us = self.machine.us if self.machine is not None else (lambda c: c)
+        us = self._us
         fig, ax = plt.subplots(figsize=(16, 0.42 * len(keys) + 2.0))
         for row, key in enumerate(keys):
             intervals = self.rows[key]

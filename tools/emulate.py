@@ -126,11 +126,8 @@ def _timeline_choices(p) -> None:
 
 
 def _cta_list(text: str) -> tuple:
-    try:
-        ctas = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        ctas = ()
-    if not ctas or min(ctas) < 0:
+    ctas = _pair(text)
+    if min(ctas) < 0:
         raise argparse.ArgumentTypeError(f"{text!r}: CTA indices, comma-separated, from 0")
     return ctas
 
