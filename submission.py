@@ -62,15 +62,18 @@ modeled mainloop time (B200Model), then improved by moves and swaps. Each worker
 (group, n0, t0, variant, m_end, n, k, sole_reader_ends) in order; tests/test_schedule.py walks the
 table in Python as the kernel does and checks every output element is written once.
 
-Warp roles (192 threads per CTA, 1 CTA per SM, clusters of 2):
+Warp roles (192 threads per CTA, 1 CTA per SM, clusters of 2, or 4 with cluster_pairs 2):
   warp 5     TMA, both CTAs: per k-tile (K 256) its half of the weights, the tokens and the weight
              scales (2-CTA TMA: completes on the leader's full barrier, which the leader armed
              with the pair's bytes for the tile's variant) and half of the token scales,
-             multicast to both CTAs. Waits: stage empty. Signals: leader's stage full.
+             multicast to both CTAs (cluster_pairs 2: half of its tokens and a quarter of the
+             token scales, multicast to the other pair too). Waits: stage empty. Signals:
+             leader's stage full.
   warp 4     MMA, leader CTA only: tcgen05.cp of the stage's scales to TMEM, 4 tcgen05.mma
              (kind::mxf4nvf4, scale_vec::4, K 64) into the tile's accumulator. Waits: stage full,
              accumulator empty (8 arrivals: 4 epilogue warps x 2 CTAs). Signals (tcgen05.commit,
-             multicast to the pair): stage empty, accumulator full.
+             multicast to the pair): stage empty (cluster_pairs 2: in all 4 CTAs, each stage
+             empty barrier counting both pairs' commits), accumulator full.
   warps 0-3  epilogue, both CTAs: warp w reads TMEM lanes 32w..32w+31 (its weight rows), 32
              token columns per tcgen05.ld, rounds to fp16 and stores to C (epilogue="tma":
              through its own C staging box and a TMA store; "tma_last": so for the worker's last
@@ -92,6 +95,24 @@ tile's accumulator is full. L2 policies: weights and their scales evict-first on
 their sole reader (a block run as one job; a block split over several pairs stays evict-normal, as
 it is read by them at once), evict-normal otherwise; tokens and their scales evict-last (re-read by
 every weight block). Token rows past M are zero-filled by the TMA.
+
+Cluster pairs (cluster_pairs=2). On benchmarks 3 and 4 the mainloop waits on L2's ports, not the
+tensor pipe: their 60 and 64 tiles read about 50 and 21 MB from L2 a call (3.2 and 1.3 us at the
+B200 description's 15.5 TB/s), a quarter to a third of it tokens, each token k-tile read once by each of the
+12 or 16 weight blocks' pairs. Clusters of two pairs take one token tile on two neighbouring
+weight blocks (the schedule's records are 512 weight rows; the second pair adds 256 to n0, past N
+its boxes are zero-filled and its stores clipped): each CTA loads half of its token rows and
+multicasts them to its counterpart in the other pair (NVIDIA's B multicast across the cluster's
+M), the token scales a quarter each to all four, so L2 sends each token k-tile once for both. A
+stage is refilled once both pairs' MMA commits have arrived on its empty barrier (arrival count
+2, as NVIDIA's example counts its multicast producers). The pairs run in step, so a shape keeps
+the clusters only where its schedule leaves pairs idle and the model's busiest cluster is no more
+loaded than its busiest pair (sm100_shape_config: benchmarks 3 and 4; on 1 and 2, where every pair
+is busy and HBM paces the call, the clusters were measured neutral: 23.08 and 13.10 against 23.06
+and 13.11 us). Timed emulator, B200 description, streams of 4:
+benchmarks 3 and 4 4.57 and 3.00 against 4.88 and 3.13 us, 1 and 2 unchanged (BENCHMARKS.md,
+"Clusters of two pairs"). Only a B200 shows how many 4-CTA clusters its GPCs hold at once (the
+driver's occupancy answer sizes the grid; the emulator places 37).
 
 Launch and start-up. Programmatic dependent launch: each kernel lets the next call's kernel
 launch as soon as all its CTAs run (griddepcontrol.launch_dependents at the start), so the next
@@ -247,6 +268,13 @@ Departures from NVIDIA's dense_blockscaled_gemm_persistent.py (cutlass v4.3.5), 
                                    dependency wait                  record's first k-tiles before
                                                                     the dependency wait (off with
                                                                     warmers launched or
+                                                                    jobs="stream")
+  cluster_pairs   2        1       clusters of (4, 1) multicast B   4-CTA clusters, the tokens'
+                                   across M (here: the tokens)      2-CTA multicast TMA, stage
+                                                                    empty barriers counting two
+                                                                    pairs' commits, records of two
+                                                                    weight blocks (1 with
+                                                                    cta_group 1, multicast off or
                                                                     jobs="stream")
 Departures no switch removes (SM100_SAFE keeps them): one launch for all groups with one TMA
 atom per group and operand; a tile's trip count and token range from the host's table; token
@@ -881,14 +909,15 @@ class CudaDevice:
         return torch.cuda.get_device_capability(device)
 
     @functools.cache
-    def co_resident_workers(self, device, cta_group: int) -> int:
-        """Workers that can all be resident at once (a persistent grid larger than that would run
-        its last workers after the others): the driver's occupancy answer, as NVIDIA's examples size
-        their grids, at most the SMs / cta_group."""
+    def co_resident_workers(self, device, cluster_size: int) -> int:
+        """Clusters of `cluster_size` CTAs (a worker's, one CTA a SM) that can all be resident at
+        once (a persistent grid larger than that would run its last workers after the others): the
+        driver's occupancy answer, as NVIDIA's examples size their grids, at most the SMs /
+        cluster_size."""
         with torch.cuda.device(device):
             torch.cuda.synchronize()  # the device's context must be current for the driver's query
-            workers = utils.HardwareInfo(torch.cuda.current_device()).get_max_active_clusters(cta_group)
-        return min(workers, torch.cuda.get_device_properties(device).multi_processor_count // cta_group)
+            workers = utils.HardwareInfo(torch.cuda.current_device()).get_max_active_clusters(cluster_size)
+        return min(workers, torch.cuda.get_device_properties(device).multi_processor_count // cluster_size)
 
     def stream(self, device) -> "StreamHandle":
         """The current stream of `device`, as its handle: torch's raw query, without building a
@@ -1314,6 +1343,12 @@ class Sm100Config:
     # first k-tiles (cp.async.bulk.prefetch.tensor), so a CTA that starts on an SM the previous
     # call freed early fills HBM's idle time under that call's last CTAs.
     self_warm: bool = True
+    # 2: clusters of two SM pairs (4 CTAs) that run one token tile on two neighbouring weight
+    # blocks in step: each CTA loads half of its token rows and multicasts them to its counterpart
+    # in the other pair, and a quarter of the token scales to all four, so L2 sends each token
+    # k-tile once for 512 weight rows. A stage is refilled once both pairs' MMAs have read it. A
+    # shape runs it only where its schedule is no less balanced (sm100_shape_config).
+    cluster_pairs: int = 2
 
     def __post_init__(self):
         if self.cta_group not in (1, 2):
@@ -1331,6 +1366,13 @@ class Sm100Config:
         object.__setattr__(self, "warmers", bool(self.warmers) and self.jobs != "stream")
         # jobs="stream" turns self_warm off too: a first record may be a later part of K.
         object.__setattr__(self, "self_warm", bool(self.self_warm) and self.jobs != "stream")
+        if self.cluster_pairs not in (1, 2):
+            raise ValueError(f"cluster_pairs must be 1 or 2, got {self.cluster_pairs!r}")
+        # Two pairs share tokens only as a pair shares them (multicast) and only over whole-K records
+        # of one tile (a stream-K part is one pair's): cta_group 1, multicast off or jobs="stream"
+        # run pairs alone.
+        if self.cta_group != 2 or not self.multicast or self.jobs == "stream":
+            object.__setattr__(self, "cluster_pairs", 1)
         # The 192-token variant needs a pair (its two scale blocks are multicast as one is) and
         # whole-K records (stream-K's partials are 128 tokens wide): cta_group 1 and jobs="stream"
         # turn it off.
@@ -1341,6 +1383,16 @@ class Sm100Config:
     def weight_rows(self) -> int:
         """Weight rows (MMA M) of one worker: a CTA (cta_group 1) or an SM pair."""
         return CTA_WEIGHT_ROWS * self.cta_group
+
+    @property
+    def cluster_size(self) -> int:
+        """CTAs of one cluster: a worker's (its pair, or its CTA), times cluster_pairs."""
+        return self.cta_group * self.cluster_pairs
+
+    @property
+    def schedule_rows(self) -> int:
+        """Weight rows (N) of one schedule record: a cluster's pairs take neighbouring blocks."""
+        return self.weight_rows * self.cluster_pairs
 
     @property
     def accumulator_columns(self) -> int:
@@ -1437,7 +1489,7 @@ def _config_value(value) -> str:
 SM100_SHIPPED = Sm100Config()
 SM100_SAFE = Sm100Config(
     cta_group=1, token_variants=(128,), multicast=False, pdl=False, l2_hints=False, epilogue="atoms",
-    descriptors="branch", jobs="hybrid", warmers=False, self_warm=False,
+    descriptors="branch", jobs="hybrid", warmers=False, self_warm=False, cluster_pairs=1,
 )
 
 
@@ -1503,7 +1555,7 @@ def sm100_schedule_shape(config: Sm100Config) -> ScheduleShape:
     its variants, balanced by the model's mainloop time of a tile."""
     stages = config.stages
     return ScheduleShape(
-        weight_rows=config.weight_rows,
+        weight_rows=config.schedule_rows,
         token_chunks=(TOKEN_CHUNK,),
         token_variants=config.token_variants,
         aligned_tiles=True,
@@ -1514,33 +1566,51 @@ def sm100_schedule_shape(config: Sm100Config) -> ScheduleShape:
     )
 
 
-def sm100_schedule(sizes, num_workers: int, config: Sm100Config):
-    """The records and per-worker offsets that `config`'s kernel walks for `sizes` over
-    `num_workers` workers (SM pairs, or SMs with cta_group 1): build_tile_schedule's output, which
-    the launch copies to the device and tools/b200_model.py evaluates."""
+def sm100_schedule(sizes, num_workers: int, config: Sm100Config, num_clusters: int | None = None):
+    """The records and per-worker offsets that `config`'s kernel walks for `sizes` on
+    `num_workers` co-resident workers (SM pairs, or SMs with cta_group 1); with cluster_pairs 2
+    its workers are the `num_clusters` clusters of two pairs (default half the pairs):
+    build_tile_schedule's output, which the launch copies to the device and tools/b200_model.py
+    evaluates."""
+    if config.cluster_pairs == 2:
+        num_workers = num_workers // 2 if num_clusters is None else num_clusters
+        if num_workers < 1:
+            raise ValueError("cluster_pairs 2 needs room for a cluster of two pairs (sm100_shape_config runs pairs alone)")
     return build_tile_schedule(sizes, num_workers, sm100_schedule_shape(config))
 
 
-def sm100_shape_config(sizes, num_workers: int, config: Sm100Config) -> Sm100Config:
-    """The configuration `sizes` run with: `config`, but with token_variants 64/128/192 a shape
-    keeps the 192-token variant only where its schedule has such a tile and the model's busiest
-    worker is less loaded than without it (the wider stage leaves 6 stages of 8, and a 192-token
-    tile's MMAs take 1.5 times a 128-token tile's); otherwise it runs the 64/128 kernel."""
-    if config.token_variants[-1] <= TOKEN_CHUNK:
-        return config
-    narrow = dataclasses.replace(config, token_variants=config.token_variants[:-1])
-
+def sm100_shape_config(sizes, num_workers: int, config: Sm100Config, num_clusters: int | None = None) -> Sm100Config:
+    """The configuration `sizes` run with on `num_workers` SM pairs (or SMs), of which
+    `num_clusters` clusters of two pairs can be resident (default half the pairs): `config`, but
+    - with token_variants 64/128/192 a shape keeps the 192-token variant only where its schedule
+      has such a tile and the model's busiest worker is less loaded than without it (the wider
+      stage leaves 6 stages of 8, and a 192-token tile's MMAs take 1.5 times a 128-token tile's);
+      otherwise it runs the 64/128 kernel;
+    - with cluster_pairs 2 a shape keeps the clusters only where its schedule without them leaves
+      pairs idle (few tiles: their loads, not HBM, pace the call) and the model's busiest cluster is
+      no more loaded than the busiest pair (records of two weight blocks balance more coarsely; the
+      tokens' L2 traffic they halve is not in the model)."""
     def busiest(candidate):
         shape = sm100_schedule_shape(candidate)
-        records, offsets = build_tile_schedule(sizes, num_workers, shape)
+        records, offsets = sm100_schedule(sizes, num_workers, candidate, num_clusters)
         widths = [candidate.token_variants[r[3]] for r in records]
         loads = [_added_in_order(shape.tile_cost(widths[i], records[i][6] - records[i][8])
                                  for i in range(row[0], row[-1]))
                  for row in offsets]
-        return max(loads), max(widths)
+        return max(loads), max(widths), len(offsets)
 
-    wide_load, widest = busiest(config)
-    return config if widest > TOKEN_CHUNK and wide_load < busiest(narrow)[0] else narrow
+    alone = dataclasses.replace(config, cluster_pairs=1)
+    if config.token_variants[-1] > TOKEN_CHUNK:
+        narrow = dataclasses.replace(alone, token_variants=config.token_variants[:-1])
+        wide_load, widest, _ = busiest(alone)
+        if not (widest > TOKEN_CHUNK and wide_load < busiest(narrow)[0]):
+            config, alone = dataclasses.replace(config, token_variants=narrow.token_variants), narrow
+    if config.cluster_pairs == 1:
+        return config
+    if (num_workers // 2 if num_clusters is None else num_clusters) < 1:
+        return alone
+    pair_load, _, busy_pairs = busiest(alone)
+    return config if busy_pairs < num_workers and busiest(config)[0] <= pair_load else alone
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1614,7 +1684,7 @@ class Sm100GroupedGemm:
         self.config = config
         self.cta_group = config.cta_group
         self.mma_cta_group = tcgen05.CtaGroup.TWO if config.cta_group == 2 else tcgen05.CtaGroup.ONE
-        self.cluster_shape_mn = (config.cta_group, 1)
+        self.cluster_shape_mn = (config.cluster_size, 1)
         self.tma_epilogue = config.epilogue == "tma"  # every tile's C through the staging buffer
         self.tma_last = config.epilogue == "tma_last"  # each worker's last tile's C only
         self.c_staging = self.tma_epilogue or self.tma_last
@@ -1805,7 +1875,7 @@ class Sm100GroupedGemm:
             tuple(weight_atoms), tuple(tuple(a) for a in token_atoms), tuple(weight_sf_atoms), tuple(token_sf_atoms),
             coords[0], c_store, args,
         ).launch(
-            grid=(self.cta_group * args.num_workers, 1, 1),
+            grid=(self.config.cluster_size * args.num_workers, 1, 1),
             block=[THREADS_PER_CTA, 1, 1],
             cluster=(*self.cluster_shape_mn, 1),
             smem=self.shared_storage.size_in_bytes(),
@@ -1859,8 +1929,10 @@ class Sm100GroupedGemm:
             cute.arch.griddepcontrol_launch_dependents()
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         block, _, _ = cute.arch.block_idx()
-        worker = block // self.cta_group
+        worker = block // self.config.cluster_size  # the schedule's worker: a pair, a CTA, or a cluster of two pairs
         cta_in_worker = block % self.cta_group
+        # A cluster's second pair takes the weight block after its first's (cluster_pairs 2).
+        pair_rows = (block // self.cta_group) % self.config.cluster_pairs * self.config.weight_rows
         is_leader_cta = cta_in_worker == 0
         cta_rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
         cta_coord_vmnk = self.cluster_layout_vmnk.get_flat_coord(cta_rank)
@@ -1872,7 +1944,8 @@ class Sm100GroupedGemm:
             barrier_storage=storage.ab_full.data_ptr(),
             num_stages=self.num_stages,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
-            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 1),
+            # each pair's MMA commit frees the stage (two pairs read a cluster's multicast tokens)
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.config.cluster_pairs),
             tx_count=widest.tx_bytes,  # with several variants unused: _load_tile expects each variant's bytes
             cta_layout_vmnk=self.cluster_layout_vmnk,
             defer_sync=True,
@@ -1915,7 +1988,7 @@ class Sm100GroupedGemm:
             smem.c = None
         tiles = gmem_matrix(cutlass.Int32, args.tiles, args.num_tiles, len(RECORD_FIELDS))
         worker_tiles = gmem_matrix(cutlass.Int32, args.worker_tiles, args.num_workers, 2)
-        walk = (tiles, worker_tiles[worker, 0], worker_tiles[worker, 1])
+        walk = (tiles, worker_tiles[worker, 0], worker_tiles[worker, 1], pair_rows)
         if cutlass.const_expr(self.config.warmers):
             if worker < args.warmers:
                 # A warmer has no records: all its warps share the call's prefetches.
@@ -1925,7 +1998,7 @@ class Sm100GroupedGemm:
                 )
                 warps = THREADS_PER_CTA // 32
                 self._warm_l2(
-                    args, tiles, worker * warps + warp_idx, args.warmers * warps,
+                    args, tiles, pair_rows, worker * warps + warp_idx, args.warmers * warps,
                     (tAgA, tAgSFA, tBgSFB, [part[1] for part in token_parts]),
                     (weight_atoms, weight_sf_atoms, token_sf_atoms, token_atoms),
                 )
@@ -1966,14 +2039,16 @@ class Sm100GroupedGemm:
         tAsA, tAgA, tAsSFA, tAgSFA, tBsSFB, tBgSFB, token_parts = self._load_partitions(
             weight_atoms, token_atoms, weight_sf_atoms, token_sf_atoms, coords, smem, cta_coord_vmnk, cta_coord_sfb_vmnk
         )
-        sfb_mask = None
+        sfb_mask = token_mask = None
         if cutlass.const_expr(self.config.multicast):
             sfb_mask = cpasync.create_tma_multicast_mask(self.cluster_layout_sfb_vmnk, cta_coord_sfb_vmnk, mcast_mode=1)
+        if cutlass.const_expr(self.config.cluster_pairs > 1):
+            token_mask = cpasync.create_tma_multicast_mask(self.cluster_layout_vmnk, cta_coord_vmnk, mcast_mode=1)
         read_once = read_normal = read_again = None
         if cutlass.const_expr(self.config.l2_hints):
             read_once, read_normal, read_again = _l2_policy("first"), _l2_policy("normal"), _l2_policy("last")
 
-        tiles, begin, end = walk
+        tiles, begin, end, pair_rows = walk
         if cutlass.const_expr(self.config.prefetch):
             # Neither the schedule nor the descriptors depend on the previous grid: read the first
             # record and prefetch its group's descriptors while that grid may still run.
@@ -1981,11 +2056,11 @@ class Sm100GroupedGemm:
                 self._prefetch_descriptors(tiles[begin, 0], weight_atoms, token_atoms, weight_sf_atoms, token_sf_atoms)
         if cutlass.const_expr(self.config.l2_prefetch):
             if begin < end:
-                self._prefetch_l2(args, tiles, begin, is_leader_cta)
+                self._prefetch_l2(args, tiles, pair_rows, begin, is_leader_cta)
         if cutlass.const_expr(self.config.self_warm):
             if begin < end and args.self_warm_k_tiles > 0:  # 0 where warmers launch: no record read
                 self._prefetch_record(
-                    tiles, begin, cutlass.min(tiles[begin, 6] // K_TILE, args.self_warm_k_tiles), True, True,
+                    tiles, pair_rows, begin, cutlass.min(tiles[begin, 6] // K_TILE, args.self_warm_k_tiles), True, True,
                     (tAgA, tAgSFA, tBgSFB, [part[1] for part in token_parts]),
                     (weight_atoms, weight_sf_atoms, token_sf_atoms, token_atoms),
                 )
@@ -1998,7 +2073,7 @@ class Sm100GroupedGemm:
                 cute.arch.griddepcontrol_wait()
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
         for t in range(begin, end):
-            g, n0, t0, variant_index = tiles[t, 0], tiles[t, 1], tiles[t, 2], tiles[t, 3]
+            g, n0, t0, variant_index = tiles[t, 0], tiles[t, 1] + pair_rows, tiles[t, 2], tiles[t, 3]
             # The record's first and end k-tile (a whole tile's first is 0 at compile time: its loop as before).
             k_tiles = (tiles[t, 8] // K_TILE if cutlass.const_expr(self.config.jobs == "stream") else 0, tiles[t, 6] // K_TILE)
             read_weights = None
@@ -2019,7 +2094,7 @@ class Sm100GroupedGemm:
             for v in cutlass.range_constexpr(len(self.variants)):
                 if variant_index == v:
                     state = self._load_variant(
-                        ab_pipeline, state, v, g, t0, k_tiles, slices, token_parts[v],
+                        ab_pipeline, state, v, g, t0, k_tiles, slices, token_parts[v], token_mask,
                         (weight_atoms, weight_sf_atoms, token_sf_atoms, token_atoms[v]), read_again, is_leader_cta,
                     )
         ab_pipeline.producer_tail(state)
@@ -2060,11 +2135,13 @@ class Sm100GroupedGemm:
             )
             tBsSFB.append(cute.filter_zeros(tBsSFB_block))
         tBgSFB = cute.filter_zeros(tBgSFB)
+        # The tokens: with cluster_pairs 2 this CTA's half of its rows, multicast to the other pair.
+        token_ctas = cute.make_layout(cute.slice_(self.cluster_layout_vmnk, (0, None, 0, 0)).shape)
         token_parts = []
         for v, variant in enumerate(self.variants):
             tiler = cute.slice_((self.config.weight_rows, variant.tokens, K_TILE), (0, None, None))
             tBsB, tBgB = cpasync.tma_partition(
-                token_atoms[v][0], 0, one_cta, cute.group_modes(smem.b[v], 0, 3),
+                token_atoms[v][0], cta_coord_vmnk[1], token_ctas, cute.group_modes(smem.b[v], 0, 3),
                 cute.group_modes(
                     variant.tiled_mma.get_slice(v_coord).partition_B(cute.local_tile(tma_tokens[v], tiler, (None, None, None))),
                     0, 3,
@@ -2074,7 +2151,8 @@ class Sm100GroupedGemm:
         return tAsA, tAgA, tAsSFA, tAgSFA, tBsSFB, tBgSFB, token_parts
 
     @cute.jit
-    def _load_variant(self, ab_pipeline, state, v, g, t0, k_tiles, slices, token_part, group_atoms, read_again, is_leader_cta):
+    def _load_variant(self, ab_pipeline, state, v, g, t0, k_tiles, slices, token_part, token_mask, group_atoms, read_again,
+                      is_leader_cta):
         """One record of token variant v: its copies, with group g's descriptors ("selp": by address,
         "branch": the loop of that group's own atoms), then its k-loop over k_tiles = (first, end).
         slices: the weights', the weight scales' and each token-scale block's (the variant loads its
@@ -2083,7 +2161,7 @@ class Sm100GroupedGemm:
         variant = self.variants[v]
         weight_atoms, weight_sf_atoms, token_sf_atoms, variant_token_atoms = group_atoms
         group_atoms = (weight_atoms, weight_sf_atoms) + (token_sf_atoms,) * variant.scale_blocks + (variant_token_atoms,)
-        operands = slices[:2 + variant.scale_blocks] + ((tBgB[(None, t0 // variant.tokens, None, 0)], tBsB, read_again, None),)
+        operands = slices[:2 + variant.scale_blocks] + ((tBgB[(None, t0 // variant.tokens, None, 0)], tBsB, read_again, token_mask),)
         tx_bytes = self.variants[v].tx_bytes
         if cutlass.const_expr(self.config.descriptors == "selp"):
             copies = [(atoms[0], group_tma_desc(g, atoms)) + operand for atoms, operand in zip(group_atoms, operands)]
@@ -2098,11 +2176,11 @@ class Sm100GroupedGemm:
         return state
 
     @cute.jit
-    def _prefetch_l2(self, args, tiles, t, is_leader_cta):
+    def _prefetch_l2(self, args, tiles, pair_rows, t, is_leader_cta):
         """Record t's operands into L2, one bulk prefetch each (every range is contiguous: whole rows
         of K-major operands, whole 128-row blocks of the blocked scales): this CTA's weight rows and
         their scale block; the leader also the tile's token rows and their scale block."""
-        g, n0, t0, m_end, n = tiles[t, 0], tiles[t, 1], tiles[t, 2], tiles[t, 4], tiles[t, 5]
+        g, n0, t0, m_end, n = tiles[t, 0], tiles[t, 1] + pair_rows, tiles[t, 2], tiles[t, 4], tiles[t, 5]
         k = select_by_group(g, args.k)
         row_bytes, scale_block_bytes = k // 2, k // (4 * SF_VEC_SIZE) * SF_BLOCK_BYTES
         first = n0 + CTA_WEIGHT_ROWS * (1 - cutlass.Int32(is_leader_cta))  # this CTA's weight rows
@@ -2118,7 +2196,7 @@ class Sm100GroupedGemm:
                                   scale_block_bytes)
 
     @cute.jit
-    def _warm_l2(self, args, tiles, first, step, sources, atoms):
+    def _warm_l2(self, args, tiles, pair_rows, first, step, sources, atoms):
         """One warmer warp's prefetches into L2 (cp.async.bulk.prefetch.tensor): of records
         first, first + step, ..., their first warm_k_tiles k-tiles, the boxes this CTA's
         counterpart in a working pair loads (`sources`: this CTA's partitions of the weights,
@@ -2132,17 +2210,17 @@ class Sm100GroupedGemm:
             k_end = cutlass.min(tiles[t, 6] // K_TILE, args.warm_k_tiles)
             if t0 != 0 and n0 != 0:
                 k_end = 0
-            self._prefetch_record(tiles, t, k_end, t0 == 0, n0 == 0, sources, atoms)
+            self._prefetch_record(tiles, pair_rows, t, k_end, t0 == 0, n0 == 0, sources, atoms)
 
     @cute.jit
-    def _prefetch_record(self, tiles, t, k_end, with_weights, with_tokens, sources, atoms):
+    def _prefetch_record(self, tiles, pair_rows, t, k_end, with_weights, with_tokens, sources, atoms):
         """cp.async.bulk.prefetch.tensor of record t's boxes of k-tiles 0 .. k_end - 1 that this
         CTA loads (`sources`: its partitions of the weights, weight scales, token scales and tokens
         per variant): the weights' and their scales' where with_weights, the tokens' and their
         scales' where with_tokens."""
         weights, weight_scales, token_scales, tokens = sources
         weight_atoms, weight_sf_atoms, token_sf_atoms, token_atoms = atoms
-        g, n0, t0, variant_index = tiles[t, 0], tiles[t, 1], tiles[t, 2], tiles[t, 3]
+        g, n0, t0, variant_index = tiles[t, 0], tiles[t, 1] + pair_rows, tiles[t, 2], tiles[t, 3]
         block = n0 // self.config.weight_rows
         for k in range(0, k_end):
             for group in cutlass.range_constexpr(self.num_groups):
@@ -2225,7 +2303,7 @@ class Sm100GroupedGemm:
                 self._scale_copy_to_tmem(smem.sfb_variants[v], tCtSFB),
             ))
 
-        tiles, begin, end = walk
+        tiles, begin, end, pair_rows = walk
         ab_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
         acc_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, ACC_STAGES)
         for t in range(begin, end):
@@ -2303,11 +2381,11 @@ class Sm100GroupedGemm:
         box = self._c_store_partitions(acc_tmem_ptr, warp_idx, sC, c_store)
         if cutlass.const_expr(self.tma_epilogue):
             load_columns = box.load
-        tiles, begin, end = walk
+        tiles, begin, end, pair_rows = walk
         acc_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, ACC_STAGES)
         c_stage = cutlass.Int32(0)  # epilogue="tma": the C staging stage of this warp's next TMA store
         for t in range(begin, end):
-            g, n0, t0, m_end, n = tiles[t, 0], tiles[t, 1], tiles[t, 2], tiles[t, 4], tiles[t, 5]
+            g, n0, t0, m_end, n = tiles[t, 0], tiles[t, 1] + pair_rows, tiles[t, 2], tiles[t, 4], tiles[t, 5]
             # (group, this warp's box row: its first weight row / C_WARP_ROWS): a TMA store's rows
             box_rows = (g, (n0 + CTA_WEIGHT_ROWS * cta_in_worker) // C_WARP_ROWS + warp_idx)
             if cutlass.const_expr(self.tma_epilogue):
@@ -2660,8 +2738,11 @@ def sm100_launch_args(sizes, device, config: Sm100Config):
     configuration they are for (sm100_shape_config): its schedule over the device's workers (the
     warmers first, warm_l2_plan), the sizes. The inputs' addresses arrive per call (ShapePlan.run)."""
     co_resident = DEVICE.co_resident_workers(device, config.cta_group)
-    config = sm100_shape_config(sizes, co_resident, config)
-    records, offsets = sm100_schedule(sizes, co_resident, config)
+    clusters = DEVICE.co_resident_workers(device, 2 * config.cta_group) if config.cluster_pairs == 2 else None
+    config = sm100_shape_config(sizes, co_resident, config, clusters)
+    records, offsets = sm100_schedule(sizes, co_resident, config, clusters)
+    if config.cluster_pairs == 2:
+        co_resident = clusters  # the workers are clusters of two pairs
     warmers, warm_k_tiles = warm_l2_plan(sizes, len(offsets), co_resident, config)
     self_warm_k_tiles = self_warm_plan(records, offsets, warmers, config)
     offsets = [[0, 0]] * warmers + offsets  # the warmers launch first (lowest cluster indices)
@@ -2716,7 +2797,7 @@ def self_warm_plan(records, offsets, warmers: int, config: Sm100Config) -> int:
     (they bring every record's inputs)."""
     if not config.self_warm or warmers > 0:
         return 0
-    rows = [config.weight_rows + _ceil_div(config.token_variants[records[row[0]][3]], SF_BLOCK_ROWS) * SF_BLOCK_ROWS
+    rows = [config.schedule_rows + _ceil_div(config.token_variants[records[row[0]][3]], SF_BLOCK_ROWS) * SF_BLOCK_ROWS
             for row in offsets if row[0] < row[-1]]
     per_k_tile = sum(rows) * (K_TILE // 2 + K_TILE // SF_VEC_SIZE)
     return max(1, SELF_WARM_BYTES // max(per_k_tile, 1))

@@ -7,6 +7,7 @@ pair walk and epilogue of submission.py, the Hopper per-variant CTA walk of sm90
 
 import dataclasses
 import functools
+import itertools
 import operator
 import os
 import sys
@@ -76,8 +77,9 @@ def check_parts(sizes, records, offsets, k_step):
 
 def walk_b200(sizes, records, offsets, config):
     """How many times each C element is stored by the sm_100a kernel built with `config`: worker w
-    (an SM pair, or an SM with cta_group 1) runs its records in order; CTA r of the worker holds
-    weight rows n0 + 128 r .. + 127 (none if past N); the epilogue stores token rows t0 .. m_end - 1
+    (an SM pair, an SM with cta_group 1, or a cluster of two pairs with cluster_pairs 2) runs its
+    records in order; CTA r of its pair p holds weight rows n0 + 256 p + 128 r .. + 127 (none if
+    past N); the epilogue stores token rows t0 .. m_end - 1
     in chunks of 32, each row predicated below m_end. Of a cut tile's parts one stores (the last to
     count in): counted here as part 0."""
     assert check_parts(sizes, records, offsets, submission.K_TILE) == 0 or config.jobs == "stream"
@@ -87,11 +89,11 @@ def walk_b200(sizes, records, offsets, config):
             if part:
                 continue
             assert n == sizes[g][1]
-            assert n0 % config.weight_rows == 0 and t0 % submission.TOKEN_CHUNK == 0
+            assert n0 % config.schedule_rows == 0 and t0 % submission.TOKEN_CHUNK == 0
             width = config.token_variants[v]
             assert 0 < m_end - t0 <= width and t0 % width == 0  # TMA tile index t0 // width
-            for rank in range(config.cta_group):
-                first = n0 + submission.CTA_WEIGHT_ROWS * rank
+            for pair, rank in itertools.product(range(config.cluster_pairs), range(config.cta_group)):
+                first = n0 + config.weight_rows * pair + submission.CTA_WEIGHT_ROWS * rank
                 if first >= n:
                     continue
                 chunks = -(-(m_end - t0) // submission.EPILOGUE_COLUMNS)
@@ -105,8 +107,9 @@ def walk_b200(sizes, records, offsets, config):
 
 # Every kernel shape the schedule serves: both CTA groups, both token variant sets, every job policy.
 CONFIGS = [
-    submission.Sm100Config(cta_group=c, token_variants=t, jobs=j)
-    for c in (2, 1) for t in ((64, 128), (128,)) for j in submission.JOB_POLICIES
+    submission.Sm100Config(cta_group=c, token_variants=t, jobs=j, cluster_pairs=p)
+    for c in (2, 1) for t in ((64, 128), (128,)) for j in submission.JOB_POLICIES for p in (1, 2)
+    if p == 1 or (c == 2 and j != "stream")
 ]
 
 
@@ -138,7 +141,7 @@ def walk_h200(sizes, records, offsets):
 def test_b200_schedule_writes_every_output_once(name, config):
     sizes = SHAPES[name]
     records, offsets = submission.sm100_schedule(sizes, _workers(config), config)
-    assert len(offsets) <= _workers(config)
+    assert len(offsets) <= _workers(config) // config.cluster_pairs
     assert offsets[0][0] == 0 and offsets[-1][1] == len(records)
     assert all(a[1] == b[0] for a, b in zip(offsets, offsets[1:]))  # workers' ranges are contiguous
     for writes in walk_b200(sizes, records, offsets, config):
@@ -173,8 +176,8 @@ def test_b200_sole_reader_ends(name, config):
     weight_blocks: every block is one job; tiles: only one-tile blocks are; hybrid: blocks are
     split into single tiles, costliest first, only until every worker can get a job."""
     sizes = SHAPES[name]
-    workers = _workers(config)
-    records, offsets = submission.sm100_schedule(sizes, workers, config)
+    records, offsets = submission.sm100_schedule(sizes, _workers(config), config)
+    workers = _workers(config) // config.cluster_pairs  # the schedule's: clusters of two pairs with cluster_pairs 2
     blocks = _blocks(records, offsets)
     whole = set()  # blocks run as one job
     for block, tiles in blocks.items():
@@ -203,29 +206,40 @@ def test_b200_sole_reader_ends(name, config):
 
 
 def test_b200_tile_jobs_fill_the_pairs_on_benchmarks_3_and_4():
-    """Weight-block jobs leave 24 and 32 of 74 pairs busy there; the shipped single tiles and the hybrid
-    (which splits blocks into tiles there) keep 60 and 64 busy."""
+    """Weight-block jobs leave 24 and 32 of 74 pairs busy there; the single tiles and the hybrid (which
+    splits blocks into tiles there) keep 60 and 64 busy; the shipped clusters of two pairs (cluster_pairs 2,
+    which the launch keeps there) run the same tiles as 30 and 32 records of two weight blocks on 37."""
+    pairs = dataclasses.replace(submission.SM100_SHIPPED, cluster_pairs=1)
     for name, busy in (("benchmarks2", 60), ("benchmarks3", 64)):
         for jobs in ("tiles", "hybrid"):
-            config = dataclasses.replace(submission.SM100_SHIPPED, jobs=jobs)
+            config = dataclasses.replace(pairs, jobs=jobs)
             records, offsets = submission.sm100_schedule(SHAPES[name], 74, config)
             assert sum(1 for begin, end in offsets if end > begin) == busy
-        flipped = dataclasses.replace(submission.SM100_SHIPPED, jobs="weight_blocks")
+        flipped = dataclasses.replace(pairs, jobs="weight_blocks")
         records, offsets = submission.sm100_schedule(SHAPES[name], 74, flipped)
         assert len(offsets) == {"benchmarks2": 24, "benchmarks3": 32}[name]
+        shipped = submission.sm100_shape_config(SHAPES[name], 74, submission.SM100_SHIPPED)
+        assert shipped.cluster_pairs == 2
+        records, offsets = submission.sm100_schedule(SHAPES[name], 74, shipped)
+        assert len(offsets) == len(records) == busy // 2 and all(r[1] % 512 == 0 for r in records)
 
 
 def test_b200_warmers_are_the_pairs_the_schedule_leaves_idle():
     """warmers=on: benchmarks 1 and 2 fill all 74 pairs and have none; benchmarks 3 and 4 have the 14 and
     10 idle pairs, warming every k-tile (their distinct inputs per k-tile, 0.98 and 1.25 MB, fit the budget
     16 and 6 times over K); a budget smaller than K's warms fewer k-tiles; the switch off, none."""
-    warm = dataclasses.replace(submission.SM100_SHIPPED, warmers=True)
+    warm = dataclasses.replace(submission.SM100_SHIPPED, warmers=True, cluster_pairs=1)
     for name, (warmers, k_tiles) in (("benchmarks0", (0, 0)), ("benchmarks1", (0, 0)),
                                      ("benchmarks2", (14, 16)), ("benchmarks3", (10, 6))):
         _, offsets = submission.sm100_schedule(SHAPES[name], 74, warm)
         assert submission.warm_l2_plan(SHAPES[name], len(offsets), 74, warm) == (warmers, k_tiles), name
         off = dataclasses.replace(warm, warmers=False)
         assert submission.warm_l2_plan(SHAPES[name], len(offsets), 74, off) == (0, 0)
+        # as launched (clusters of two pairs on benchmarks 3 and 4): the idle clusters warm
+        config = submission.sm100_shape_config(SHAPES[name], 74, submission.SM100_SHIPPED)
+        workers = 74 // config.cluster_pairs
+        _, offsets = submission.sm100_schedule(SHAPES[name], 74, config)
+        assert submission.warm_l2_plan(SHAPES[name], len(offsets), workers, config) == (warmers // config.cluster_pairs, k_tiles)
     # one group of 1 x 28672 x 4096: 28672 + 128 rows x 144 bytes per k-tile, 4.1 MB; 8 of 16 k-tiles fit 32 MiB
     assert submission.warm_l2_plan([(1, 28672, 4096)], 112, 148, warm) == (36, 8)
 
@@ -240,12 +254,13 @@ def test_b200_self_warming_where_no_warmer_launches():
     for name, expected in (("benchmarks0", 3), ("benchmarks1", 4), ("benchmarks2", 0), ("benchmarks3", 0)):
         config = submission.sm100_shape_config(SHAPES[name], 74, on)
         records, offsets = submission.sm100_schedule(SHAPES[name], 74, config)
-        warmers, _ = submission.warm_l2_plan(SHAPES[name], len(offsets), 74, config)
+        warmers, _ = submission.warm_l2_plan(SHAPES[name], len(offsets), 74 // config.cluster_pairs, config)
         assert submission.self_warm_plan(records, offsets, warmers, config) == expected, name
         off = dataclasses.replace(config, self_warm=False)
         assert submission.self_warm_plan(records, offsets, warmers, off) == 0
-    records, offsets = submission.sm100_schedule([(40, 256, 2048)], 1, on)
-    assert submission.self_warm_plan(records, offsets, 0, on) == (16 << 20) // ((256 + 128) * 144)
+    alone = submission.sm100_shape_config([(40, 256, 2048)], 1, on)  # one pair: no cluster of two
+    records, offsets = submission.sm100_schedule([(40, 256, 2048)], 1, alone)
+    assert submission.self_warm_plan(records, offsets, 0, alone) == (16 << 20) // ((256 + 128) * 144)
 
 
 @pytest.mark.parametrize("jobs", ["weight_blocks", "stream"])
@@ -298,10 +313,10 @@ def test_b200_192_token_tiles_run_where_the_model_says_they_pay():
     chosen = {name: submission.sm100_shape_config(SHAPES[name], 74, shipped).token_variants for name in SHAPES}
     assert chosen["benchmarks0"] == (64, 128, 192)
     assert chosen["benchmarks1"] == chosen["benchmarks2"] == chosen["benchmarks3"] == (64, 128)
-    records, _ = submission.sm100_schedule(SHAPES["benchmarks0"], 74, shipped)
+    records, _ = submission.sm100_schedule(SHAPES["benchmarks0"], 74, submission.sm100_shape_config(SHAPES["benchmarks0"], 74, shipped))
     assert len(records) == 144 and sum(shipped.token_variants[r[3]] == 192 for r in records) == 2 * 16
     narrow = dataclasses.replace(shipped, token_variants=(64, 128))
-    assert submission.sm100_shape_config(SHAPES["benchmarks0"], 74, narrow) == narrow  # never widens
+    assert submission.sm100_shape_config(SHAPES["benchmarks0"], 74, narrow).token_variants == (64, 128)  # never widens
     assert dataclasses.replace(shipped, jobs="stream").token_variants == (64, 128)  # stream-K: 128 wide partials
     assert dataclasses.replace(shipped, cta_group=1).token_variants == (64, 128)
 
@@ -316,7 +331,7 @@ def test_b200_stream_cuts_only_where_it_pays():
     assert check_parts(sizes, records, offsets, submission.K_TILE) == 3 and len(offsets) > 3
     steps = [sum((r[6] - r[8]) // submission.K_TILE for r in records[b:e]) for b, e in offsets]
     assert max(steps) <= 0.75 * 32
-    narrow = dataclasses.replace(submission.SM100_SHIPPED, token_variants=(64, 128))  # stream-K's variants
+    narrow = dataclasses.replace(submission.SM100_SHIPPED, token_variants=(64, 128), cluster_pairs=1)  # stream-K's
     for name in ("benchmarks0", "benchmarks1", "benchmarks2", "benchmarks3"):
         records, _ = submission.sm100_schedule(SHAPES[name], 74, stream)
         assert records == submission.sm100_schedule(SHAPES[name], 74, narrow)[0], name

@@ -45,8 +45,8 @@ overheads at small N; host time (hidden behind the board's L2 flush); the first 
 Which Sm100Config switches it can judge
   - cta_group, token_variants and jobs: workers, stage count, token widths and the schedule all
     enter the model (the per-configuration table gives each its own figure).
-  - multicast, l2_hints, epilogue, descriptors, pdl, prefetch, l2_prefetch, warmers and self_warm: the model has no
-    term for them,
+  - multicast, l2_hints, epilogue, descriptors, pdl, prefetch, l2_prefetch, warmers, self_warm and
+    cluster_pairs: the model has no term for them,
     so every one of them gets the shipped figure, and the table says so. Assumed ranges, not
     measured and not fitted: pdl and prefetch hide part of start_us (4.6 us per call): PDL, launch
     and prologue overlapped with the previous call's tail, 0 to 2 us per call (gau-nernst's
@@ -59,7 +59,10 @@ Which Sm100Config switches it can judge
     prefetching a call's inputs into L2 while the call before runs; only where the schedule leaves
     pairs idle, benchmarks 3 and 4): 0 to the first load's HBM latency, about 1 us per call there.
     self_warm (each worker prefetching its first record's first k-tiles before the dependency
-    wait, where no warmer launches: benchmarks 1 and 2): 0 to 5% there.
+    wait, where no warmer launches: benchmarks 1 and 2): 0 to 5% there. cluster_pairs (two pairs
+    sharing each token k-tile by multicast, where pairs are idle: benchmarks 3 and 4): 0 to the
+    part of the mainloop L2's ports pace, 7% there in the timed emulator; the model counts a
+    cluster's record as its two pairs' tiles.
   A B200 run (tools/b200_profile.py, then --refit) measures them all.
 
 Calibration. Five constants of B200Model are fitted: least squares of the relative error over the
@@ -102,7 +105,7 @@ FITTED = ("dram_efficiency", "stage_round_trip_us", "start_us", "tma_store_epilo
 SCALE_BLOCK_BYTES = 128 * K_TILE // SF_VEC_SIZE  # one 128-row block of e4m3 scales per k-tile
 # Sm100Config fields the model has no term for (module docstring: assumed ranges).
 NOT_MODELED = ("multicast", "pdl", "l2_hints", "epilogue", "descriptors", "prefetch", "l2_prefetch", "warmers",
-               "self_warm")
+               "self_warm", "cluster_pairs")
 
 # One tile on its worker: group, weight block (group, first row), first token, tokens, and its
 # mainloop (k-tiles x time per k-tile), MMA-only and epilogue microseconds.
@@ -188,10 +191,16 @@ def _config_layout(config: Sm100Config, sizes, workers: int):
     often): per worker, its records as (group, weight block, t0, tokens, variant width, k-tiles) in
     the order the kernel walks them; and the DRAM bytes per weight block."""
     records, offsets = sm100_schedule(sizes, workers, config)
+    # A cluster of two pairs (cluster_pairs 2) runs each record on two weight blocks, one a pair:
+    # modeled as its two pairs, each walking the record on its own block (the pair past N, if any, idle).
+    pairs = [[(g, n0 + pair * config.weight_rows, t0, v, m_end, n, k_end, k_begin)
+              for g, n0, t0, v, m_end, n, k_end, _, k_begin, *_ in records[begin:end]
+              if n0 + pair * config.weight_rows < n]
+             for begin, end in offsets for pair in range(config.cluster_pairs)]
     block_bytes = {(g, n0): min(config.weight_rows, n - n0) * (sizes[g][2] // 2 + sizes[g][2] // SF_VEC_SIZE)
-                   for g, n0, _, _, _, n, *_ in records}
+                   for walk in pairs for g, n0, _, _, _, n, _, _ in walk}
     bins = [[(g, (g, n0), t0, m_end - t0, config.token_variants[v], (k_end - k_begin) // K_TILE)
-             for g, n0, t0, v, m_end, n, k_end, _, k_begin, *_ in records[begin:end]] for begin, end in offsets]
+             for g, n0, t0, v, m_end, n, k_end, k_begin in walk] for walk in pairs]
     return bins, block_bytes
 
 
@@ -486,7 +495,8 @@ def single_flips() -> list:
     for field in dataclasses.fields(Sm100Config):
         value = getattr(SM100_SHIPPED, field.name)
         alternatives = {"cta_group": [1], "token_variants": [(64, 128), (128,)], "epilogue": ["atoms"],
-                        "descriptors": ["branch"], "jobs": [j for j in submission.JOB_POLICIES if j != value]}
+                        "descriptors": ["branch"], "jobs": [j for j in submission.JOB_POLICIES if j != value],
+                        "cluster_pairs": [1]}
         for other in alternatives.get(field.name, [not value]):
             config = replace(SM100_SHIPPED, **{field.name: other})
             flips.append((config.describe(), config))
@@ -512,7 +522,8 @@ def configs_table(benches, rms, markdown=False, model=B200_MODEL) -> str:
         "The model judges cta_group, token_variants and jobs; it has no term for " + ", ".join(NOT_MODELED)
         + ": assumed, not measured, pdl 0 to 2 us and prefetch 0 to 0.5 us of the 4.6 us start per call,"
         " warmers 0 to 1 us per call on benchmarks 3 and 4, l2_hints and self_warm 0 to 5% on benchmarks 1"
-        " and 2, the others 0 to 2% (tools/b200_model.py docstring).",
+        " and 2, cluster_pairs (L2's ports, not in the model) 0 to 7% on benchmarks 3 and 4, the others 0 to 2%"
+        " (tools/b200_model.py docstring).",
     ])
 
 
