@@ -44,7 +44,7 @@ EDGE_SPECS = [
 ]
 SWITCHES = ["cta_group=1", "token_variants=128", "multicast=off", "pdl=off", "l2_hints=off", "epilogue=atoms",
             "epilogue=tma", "epilogue=ptx", "descriptors=branch", "prefetch=off", "l2_prefetch=on",
-            "warmers=off", "self_warm=off"]
+            "warmers=off", "self_warm=off", "cluster_pairs=1"]
 JOB_POLICIES = ["tiles", "weight_blocks", "hybrid", "stream"]
 # Shapes that jobs=stream cuts at 3 workers (tests/test_schedule.py checks it): one tile in 3 parts; one in 3
 # parts whose pair's second CTA is past N; cut and whole tiles on one worker, 64- and 128-token variants.
@@ -59,6 +59,18 @@ STREAM_SPECS = [
 # (the box epilogue in two batches) after one stored from registers; 300 tokens stay 128 + 128 + 64 (a 192-token
 # tile would start at 128).
 WIDE_SPEC = "m: [176, 160, 40, 300]; n: [768, 384, 256, 256]; k: [1536, 1024, 512, 256]; g: 4; seed: 31"
+# Shapes whose launch runs clusters of two pairs (cluster_pairs 2) at CLUSTER_WORKERS pairs (tests/test_schedule.py
+# checks it): the pairs' schedule leaves pairs idle, so each cluster runs one record on two neighbouring weight
+# blocks and the idle clusters warm. N = 768 puts a cluster's second pair wholly past N; K = 2560 wraps the 8
+# stages; 176 tokens are one 192-token tile (two blocks of token scales, each a quarter from every CTA of the
+# cluster); M = 1, 40 and 129 (a 128-token and a 64-token tile).
+CLUSTER_SPECS = [
+    "m: [40]; n: [768]; k: [2560]; g: 1; seed: 41",
+    "m: [129]; n: [512]; k: [768]; g: 1; seed: 42",
+    "m: [176]; n: [2048]; k: [1024]; g: 1; seed: 43",
+    "m: [1, 40]; n: [512, 1536]; k: [512, 1024]; g: 2; seed: 44",
+]
+CLUSTER_WORKERS = 12
 
 
 def emulate(config: str, specs, *, mode: str = "eager", seed: int = 0, workers=2, timeout: int = 900,
@@ -167,6 +179,45 @@ def test_a_192_token_tile_without_its_second_scale_block_fails(tmp_path):
     planted.write_text(source.replace(good, good.replace(" + b,", ",")))
     rc, verdict, out = emulate("shipped", [WIDE_SPEC], workers=3, submission=planted, timeout=600)
     assert rc == 1 and verdict.startswith("FAIL"), out[-3000:]
+
+
+@pytest.mark.parametrize("config, mode, seed", [
+    ("shipped", "adversarial", 41),
+    pytest.param("shipped", "eager", 0, marks=pytest.mark.long),
+    pytest.param("shipped", "timed", 0, marks=pytest.mark.long),
+    pytest.param("shipped,epilogue=tma", "adversarial", 42, marks=pytest.mark.long),
+    pytest.param("shipped,epilogue=ptx", "adversarial", 43, marks=pytest.mark.long),
+    pytest.param("shipped,token_variants=128", "eager", 0, marks=pytest.mark.long),
+    pytest.param("shipped,descriptors=branch", "adversarial", 44, marks=pytest.mark.long),
+    pytest.param("shipped,warmers=off", "adversarial", 45, marks=pytest.mark.long),
+])
+def test_clusters_of_two_pairs(config, mode, seed):
+    """cluster_pairs 2 where the launch picks it: each CTA's half of the token rows multicast to the other
+    pair, a quarter of the token scales to all four CTAs, a stage refilled once both pairs' commits arrived,
+    through the epilogues and descriptor forms, races on."""
+    assert_all_pass(config, CLUSTER_SPECS, mode=mode, seed=seed, workers=CLUSTER_WORKERS)
+
+
+@pytest.mark.parametrize("good, bad, verdicts", [
+    # a stage's empty barriers count one MMA commit, not the cluster's two: the second pair's commit completes
+    # the next phase, so the producer's parity wait blocks for good (eager) or refills a stage whose full
+    # barrier has no arrival pending (adversarial: an mbarrier ERROR)
+    ("pipeline.CooperativeGroup(pipeline.Agent.Thread, self.config.cluster_pairs)",
+     "pipeline.CooperativeGroup(pipeline.Agent.Thread, 1)", ("HANG",)),
+    # both pairs of a cluster take its first weight block: they store the same rows of C (and the second
+    # block's stay poisoned)
+    ("pair_rows = (block // self.cta_group) % self.config.cluster_pairs * self.config.weight_rows",
+     "pair_rows = 0 * self.config.weight_rows", ("RACE",)),
+])
+def test_a_cluster_defect_is_caught(tmp_path, good, bad, verdicts):
+    """Planted in a copy of submission.py, run on the first of CLUSTER_SPECS (test_clusters_of_two_pairs runs
+    it unplanted, PASS with races=0)."""
+    source = (ROOT / "submission.py").read_text()
+    assert source.count(good) == 1
+    planted = tmp_path / "submission.py"
+    planted.write_text(source.replace(good, bad))
+    rc, verdict, out = emulate("shipped", CLUSTER_SPECS[:1], workers=CLUSTER_WORKERS, submission=planted, timeout=600)
+    assert rc != 0 and verdict.split()[0] in verdicts, out[-3000:]
 
 
 @pytest.mark.long

@@ -327,7 +327,8 @@ def test_configurations_follow_the_submission():
 # both) each other policy.
 SINGLE_SWITCHES = ("cta_group=1", "token_variants=64/128", "token_variants=128", "multicast=off", "pdl=off", "l2_hints=off", "epilogue=atoms",
                    "epilogue=tma", "epilogue=ptx", "descriptors=branch", "prefetch=off", "jobs=hybrid",
-                   "jobs=weight_blocks", "jobs=stream", "l2_prefetch=on", "warmers=off", "self_warm=off")
+                   "jobs=weight_blocks", "jobs=stream", "l2_prefetch=on", "warmers=off", "self_warm=off",
+                   "cluster_pairs=1")
 COVERAGE = (  # (--groups, --config ...): issue 14's list
     ("1,2,3,4,5,8,16,32", ("shipped",)),
     ("2,8", ("safe",)),
@@ -344,11 +345,13 @@ def test_single_switches_flip_every_field_toward_safe():
         field, _, _ = text.partition("=")
         value = getattr(config(text), field)
         flipped.setdefault(field, []).append(value)
-        # cta_group=1 also turns multicast and the 192-token variant off (no pair), jobs=stream the
-        # 192-token variant (its partials are 128 wide), warmers (they spill there) and self_warm (a first
-        # record may be a later part of K): nothing else changes.
-        implied = {"cta_group=1": ["token_variants=64/128", "multicast=off"],
-                   "jobs=stream": ["token_variants=64/128", "warmers=off", "self_warm=off"]}.get(text, [])
+        # cta_group=1 also turns multicast, clusters of two pairs and the 192-token variant off (no pair),
+        # multicast=off the clusters (they share tokens by multicast), jobs=stream the 192-token variant (its
+        # partials are 128 wide), warmers (they spill there), self_warm (a first record may be a later part
+        # of K) and the clusters (a part is one pair's): nothing else changes.
+        implied = {"cta_group=1": ["token_variants=64/128", "multicast=off", "cluster_pairs=1"],
+                   "multicast=off": ["cluster_pairs=1"],
+                   "jobs=stream": ["token_variants=64/128", "warmers=off", "self_warm=off", "cluster_pairs=1"]}.get(text, [])
         assert sorted(config(text).changes_from(SM100_SHIPPED)) == sorted([text] + implied)
     assert set(flipped) == {field.name for field in dataclasses.fields(Sm100Config)}
     for field, values in flipped.items():

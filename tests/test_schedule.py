@@ -410,3 +410,31 @@ def test_the_emulated_stream_shapes_are_cut(cta_group):
         sizes = list(zip(m, n, k))
         records, offsets = submission.sm100_schedule(sizes, 3 * (2 // cta_group), config)
         assert check_parts(sizes, records, offsets, submission.K_TILE) > 0, spec
+
+
+def _spec_sizes(spec):
+    fields = dict((key.strip(), value) for key, value in (part.split(":") for part in spec.split(";")))
+    return list(zip(*(yaml.safe_load(fields[key]) for key in ("m", "n", "k"))))
+
+
+def test_the_emulated_cluster_shapes_run_clusters_of_two_pairs():
+    """tests/test_emulator_submission.py's CLUSTER_SPECS, at its CLUSTER_WORKERS pairs: the launch keeps
+    cluster_pairs 2 (the pairs' schedule leaves pairs idle and the busiest cluster is no more loaded), each
+    cluster runs one record of 512 weight rows, idle clusters warm, and the 176-token shape runs 192-token tiles;
+    where every pair is busy (benchmarks 1 and 2 at 74 pairs) the launch runs pairs alone."""
+    from test_emulator_submission import CLUSTER_SPECS, CLUSTER_WORKERS
+
+    for spec in CLUSTER_SPECS:
+        sizes = _spec_sizes(spec)
+        chosen = submission.sm100_shape_config(sizes, CLUSTER_WORKERS, submission.SM100_SHIPPED)
+        assert chosen.cluster_pairs == 2, spec
+        records, offsets = submission.sm100_schedule(sizes, CLUSTER_WORKERS, chosen)
+        assert all(end - begin == 1 for begin, end in offsets) and all(r[1] % 512 == 0 for r in records), spec
+        warmers, _ = submission.warm_l2_plan(sizes, len(offsets), CLUSTER_WORKERS // 2, chosen)
+        assert warmers > 0, spec
+    wide = submission.sm100_shape_config(_spec_sizes(CLUSTER_SPECS[2]), CLUSTER_WORKERS, submission.SM100_SHIPPED)
+    assert wide.token_variants == (64, 128, 192)
+    for name in ("benchmarks0", "benchmarks1"):
+        assert submission.sm100_shape_config(SHAPES[name], 74, submission.SM100_SHIPPED).cluster_pairs == 1, name
+    for name in ("benchmarks2", "benchmarks3"):
+        assert submission.sm100_shape_config(SHAPES[name], 74, submission.SM100_SHIPPED).cluster_pairs == 2, name
