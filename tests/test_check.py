@@ -299,13 +299,13 @@ def test_two_switches_that_hang_only_together_are_named_and_avoided():
     assert switch_lines(lines) == [
         "break m7 together: cta_group=2 with multicast=on (undoing any one passes; none makes SM100_SAFE fail alone)"]
     assert found == submission.Sm100Config.parse("shipped,multicast=off")  # one switch changed, passes
-    assert lines[-3:] == advice("shipped,multicast=off")
+    assert lines[-3:] == advice("shipped,multicast=off,cluster_pairs=1")
     assert lines[0] == "bisecting m7 (HANG under shipped), each run in its own process:"
     assert lines[1].split() == ["configuration", "run", "verdict", "seconds"]
     assert lines[2].split() == ["safe", "m7", "PASS", "1.0"]
-    assert any(line.split() == ["shipped,cta_group=1,token_variants=64/128,multicast=off", "m7", "PASS", "1.0"] for line in lines)
+    assert any(line.split() == ["shipped,cta_group=1,token_variants=64/128,multicast=off,cluster_pairs=1", "m7", "PASS", "1.0"] for line in lines)
     assert any(line.split() == ["shipped,pdl=off", "m7", "HANG", "2.0"] for line in lines)
-    assert lines[-5].split() == ["shipped,multicast=off", "ladder", f"({len(CASES)})", "PASS", f"{len(CASES):.1f}"]
+    assert lines[-5].split() == ["shipped,multicast=off,cluster_pairs=1", "ladder", f"({len(CASES)})", "PASS", f"{len(CASES):.1f}"]
     # Every configuration ran each case at most once, in its own run; safe with multicast=on is safe
     # (cta_group 1 turns it off), so it was not run again.
     assert len(runs) == len(set(runs)) and runs[0] == ("safe", "m7")
@@ -324,8 +324,9 @@ def test_when_only_safe_passes_safe_is_the_answer():
     found, lines, _ = bisect_with(lambda config, case: config != SAFE)
     named = switch_lines(lines)[0]
     assert named.startswith("breaks m7 alone (each makes SM100_SAFE fail): ")
-    # safe with multicast=on is safe (no pair to multicast to): multicast cannot be blamed alone.
-    assert set(named.split(": ")[1].split(", ")) == set(SHIPPED.changes_from(SAFE)) - {"multicast=on"}
+    # safe with multicast=on or cluster_pairs=2 is safe (no pair to multicast to, none to cluster): neither
+    # can be blamed alone.
+    assert set(named.split(": ")[1].split(", ")) == set(SHIPPED.changes_from(SAFE)) - {"multicast=on", "cluster_pairs=2"}
     assert found == SAFE and lines[-3:] == advice("safe")
 
 
@@ -351,7 +352,7 @@ def test_a_candidate_that_fails_a_later_case_is_passed_over():
         return (config.cta_group == 2 and config.multicast) or (case == "bench4" and config.cta_group == 2 and config.pdl)
 
     found, lines, runs = bisect_with(breaks)
-    assert lines[-5 - check.LADDER_TRIES].split() == ["shipped,multicast=off", "ladder:", "bench4", "HANG",
+    assert lines[-5 - check.LADDER_TRIES].split() == ["shipped,multicast=off,cluster_pairs=1", "ladder:", "bench4", "HANG",
                                                       f"{len(CASES) + 1:.1f}"]
     assert found is not None and lines[-3:] == advice(found.describe())
     assert not any(breaks(found, name) for name in CASES)
@@ -366,8 +367,8 @@ def test_the_model_ranks_the_candidates_when_it_can():
 
     found, lines, _ = bisect_with(lambda config, case: config.cta_group == 2 and config.multicast,
                                   ranking=(prefers_one_cta, "a test model"))
-    assert found.describe() == "shipped,cta_group=1,token_variants=64/128,multicast=off"
-    assert "fastest configuration that passes the whole ladder (by a test model): shipped,cta_group=1,token_variants=64/128,multicast=off" in lines
+    assert found.describe() == "shipped,cta_group=1,token_variants=64/128,multicast=off,cluster_pairs=1"
+    assert "fastest configuration that passes the whole ladder (by a test model): shipped,cta_group=1,token_variants=64/128,multicast=off,cluster_pairs=1" in lines
 
 
 def test_the_ranking_is_the_models_predicted_geomean_then_the_switches_changed():
