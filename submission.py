@@ -289,7 +289,8 @@ scaled GEMM; tests/test_emulator_submission.py in CI on every commit, `python to
 K = 256, 512, 768 and G = 1, 2, 5, 8, with 2 or 3 workers (stage and accumulator pipelines wrap);
 every job policy; each switch flipped from shipped (epilogue="tma" and "tma_last" also on all of
 the above shapes, paired and single CTAs; jobs="stream" on tiles cut in 2 to 4 parts, with race
-detection and two planted defects of its ordering); the B200's worker count (74 pairs, 148 CTAs) on
+detection and two planted defects of its ordering; cluster_pairs 2 on shapes the launch runs as
+clusters at 12 pairs, with two planted defects); the B200's worker count (74 pairs, 148 CTAs) on
 small shapes. That runs the real host path (plan, schedule tables, LaunchArgs, CompiledLaunch and the
 DSL's own descriptor encoding) and, in the kernel, tcgen05.mma / cp / ld, TMEM allocation, the 2-CTA
 pairing and cluster launch, the multicasts, the pipelines and the epilogue's clipped stores.
