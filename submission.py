@@ -97,7 +97,7 @@ it is read by them at once), evict-normal otherwise; tokens and their scales evi
 every weight block). Token rows past M are zero-filled by the TMA.
 
 Cluster pairs (cluster_pairs=2). On benchmarks 3 and 4 the mainloop waits on L2's ports, not the
-tensor pipe: their 60 and 64 tiles read about 50 and 21 MB from L2 a call (3.2 and 1.3 us at the
+tensor pipe: their 60 and 64 tiles read about 50 and 21 MB from L2 a call (3.2 and 1.4 us at the
 B200 description's 15.5 TB/s), a quarter to a third of it tokens, each token k-tile read once by each of the
 12 or 16 weight blocks' pairs. Clusters of two pairs take one token tile on two neighbouring
 weight blocks (the schedule's records are 512 weight rows; the second pair adds 256 to n0, past N
@@ -1348,7 +1348,8 @@ class Sm100Config:
     # blocks in step: each CTA loads half of its token rows and multicasts them to its counterpart
     # in the other pair, and a quarter of the token scales to all four, so L2 sends each token
     # k-tile once for 512 weight rows. A stage is refilled once both pairs' MMAs have read it. A
-    # shape runs it only where its schedule is no less balanced (sm100_shape_config).
+    # shape runs it only where its pairs' schedule leaves pairs idle and the clusters' is no less
+    # balanced (sm100_shape_config).
     cluster_pairs: int = 2
 
     def __post_init__(self):
@@ -1709,8 +1710,8 @@ class Sm100GroupedGemm:
         self.k_blocks = K_TILE // mma_k
         self.mma_tiler = (self.config.weight_rows, token_variants[-1], K_TILE)
         # Token scales are consumed per 128 tokens by a 1-CTA view (as in NVIDIA's
-        # dense_blockscaled_gemm_persistent.py); with multicast each CTA of a pair loads half and
-        # sends it to both, otherwise each CTA loads all of them.
+        # dense_blockscaled_gemm_persistent.py); with multicast each CTA of the cluster loads its share
+        # (a half, or a quarter with cluster_pairs 2) and sends it to all, otherwise each CTA loads all of them.
         self.tiled_mma_sfb = tiled_mma(TOKEN_CHUNK, tcgen05.CtaGroup.ONE)
         self.mma_tiler_sfb = (CTA_WEIGHT_ROWS, TOKEN_CHUNK, K_TILE)
         cluster = cute.make_layout((*self.cluster_shape_mn, 1))
@@ -2034,9 +2035,9 @@ class Sm100GroupedGemm:
     ):
         """Warp 5 of every CTA: per k-tile of each tile, this CTA's weights, its share of the tokens,
         its weight scales (with cta_group 2: 2-CTA TMA completing on the leader's full barrier) and
-        the token scales (with multicast: half of them, sent to both CTAs of the pair). Waits on:
-        the stage's empty barrier (signalled by the leader's MMA commit). Signals: the leader's
-        full barrier (expect-tx)."""
+        the token scales (with multicast: its share, sent to every CTA of the cluster). Waits on:
+        the stage's empty barrier (signalled by the commit of each pair's leader that reads it).
+        Signals: the leader's full barrier (expect-tx)."""
         tAsA, tAgA, tAsSFA, tAgSFA, tBsSFB, tBgSFB, token_parts = self._load_partitions(
             weight_atoms, token_atoms, weight_sf_atoms, token_sf_atoms, coords, smem, cta_coord_vmnk, cta_coord_sfb_vmnk
         )
@@ -2105,7 +2106,8 @@ class Sm100GroupedGemm:
         self, weight_atoms, token_atoms, weight_sf_atoms, token_sf_atoms, coords, smem, cta_coord_vmnk, cta_coord_sfb_vmnk
     ):
         """This CTA's TMA partitions, (smem stages, gmem k-tiles) of the weights, the weight scales,
-        the token scales (its multicast half) and the tokens of each variant."""
+        the token scales (its multicast share: a half, a quarter in a cluster of two pairs) and the
+        tokens of each variant (with cluster_pairs 2 its half, multicast to the other pair)."""
         tma_w, tma_tokens, tma_wsf, tma_tsf = coords
         widest = self.variants[-1]
         v_coord = cta_coord_vmnk[0]
@@ -2191,7 +2193,7 @@ class Sm100GroupedGemm:
                 _prefetch_bulk_l2(select_by_group(g, args.b) + cutlass.Int64(first) * row_bytes, rows * row_bytes)
                 _prefetch_bulk_l2(select_by_group(g, args.sfb) + cutlass.Int64(first // SF_BLOCK_ROWS) * scale_block_bytes,
                                   scale_block_bytes)
-            if is_leader_cta:
+            if is_leader_cta and pair_rows == 0:  # a cluster's second pair reads the same tokens
                 _prefetch_bulk_l2(select_by_group(g, args.a) + cutlass.Int64(t0) * row_bytes, (m_end - t0) * row_bytes)
                 _prefetch_bulk_l2(select_by_group(g, args.sfa) + cutlass.Int64(t0 // SF_BLOCK_ROWS) * scale_block_bytes,
                                   scale_block_bytes)
@@ -2208,6 +2210,8 @@ class Sm100GroupedGemm:
             n0, t0 = tiles[t, 1], tiles[t, 2]
             # whole-K records only (jobs="stream", which cuts K, turns warmers off); a record that is
             # neither its weight block's first token tile nor its token tile's first block brings none
+            # (the record's own n0: a cluster's two pairs each hold a share of its tokens, so both
+            # prefetch them on the record of the token tile's first blocks)
             k_end = cutlass.min(tiles[t, 6] // K_TILE, args.warm_k_tiles)
             if t0 != 0 and n0 != 0:
                 k_end = 0
@@ -2276,8 +2280,9 @@ class Sm100GroupedGemm:
         """Warp 4; the leader CTA's issues for the worker. Per k-tile: copy the stage's scales to
         TMEM (tcgen05.cp), then 4 block-scaled tcgen05.mma (K = 64) into the tile's accumulator.
         Waits on: the stage's full barrier, the accumulator's empty barrier (the epilogues of the
-        worker's CTAs). Signals: the stage's empty barrier and the accumulator's full barrier in
-        every CTA of the worker (tcgen05.commit)."""
+        worker's CTAs). Signals (tcgen05.commit): the stage's empty barrier in every CTA of the
+        cluster (with cluster_pairs 2 both pairs read its multicast tokens) and the accumulator's full
+        barrier in both CTAs of the pair."""
         acc_columns = ACC_STAGES * self.acc_columns
         sfa_tmem_ptr = cute.recast_ptr(acc_tmem_ptr + acc_columns, dtype=SF_DTYPE)
         sfa_tmem_cols = (CTA_WEIGHT_ROWS // 32) * self.k_blocks
@@ -2396,7 +2401,8 @@ class Sm100GroupedGemm:
             chunks = (m_end - t0 + EPILOGUE_COLUMNS - 1) // EPILOGUE_COLUMNS
             accumulator = (lane_address + acc_state.index * self.acc_columns, acc_state.index, load_columns)
 
-            # A pair's second CTA holds rows past N when N is an odd multiple of 128: no stores.
+            # A pair's second CTA holds rows past N when N is an odd multiple of 128, and a cluster's
+            # second pair all of its rows when N is an odd multiple of 256: no stores.
             has_rows = n0 + CTA_WEIGHT_ROWS * cta_in_worker < n
             acc_pipeline.consumer_wait(acc_state)
             _tcgen05_fence("after_thread_sync")  # the MMAs that wrote this accumulator are done

@@ -93,7 +93,7 @@ def test_prediction_recomputed_from_the_records(bench):
     expected = m.start_us + max(max(ends), dram + max(epilogues))
     e = model.predict_config(SHIPPED, sizes)
     # a cluster of two pairs runs each record on both its pairs' weight blocks, in step (cluster_pairs 2)
-    tiles = sum(1 for r in records for pair in range(config.cluster_pairs) if r[1] + 256 * pair < r[5])
+    tiles = sum(1 for r in records for pair in range(config.cluster_pairs) if r[1] + config.weight_rows * pair < r[5])
     assert e.rereads == 0 and e.tiles == tiles
     assert e.total_us == pytest.approx(expected)
     assert e.busiest_tiles == max(end - begin for begin, end in offsets)
@@ -104,7 +104,8 @@ def test_switches_the_model_cannot_judge_get_the_shipped_figure():
     shipped = [model.predict_config(SHIPPED, b.sizes).total_us for b in BENCHES]
     for name in model.NOT_MODELED:
         value = getattr(SHIPPED, name)
-        flipped = replace(SHIPPED, **{name: {"tma_last": "atoms", "ptx": "atoms", "selp": "branch"}.get(value, not value)})
+        other = {"tma_last": "atoms", "ptx": "atoms", "selp": "branch"}.get(value, not value)
+        flipped = replace(SHIPPED, **{name: 1 if name == "cluster_pairs" else other})
         assert [model.predict_config(flipped, b.sizes).total_us for b in BENCHES] == shipped
     judged = [f.name for f in dataclasses.fields(submission.Sm100Config) if f.name not in model.NOT_MODELED]
     assert sorted(judged) == ["cta_group", "jobs", "token_variants"]

@@ -239,7 +239,9 @@ def test_b200_warmers_are_the_pairs_the_schedule_leaves_idle():
         config = submission.sm100_shape_config(SHAPES[name], 74, submission.SM100_SHIPPED)
         workers = 74 // config.cluster_pairs
         _, offsets = submission.sm100_schedule(SHAPES[name], 74, config)
-        assert submission.warm_l2_plan(SHAPES[name], len(offsets), workers, config) == (warmers // config.cluster_pairs, k_tiles)
+        assert submission.warm_l2_plan(SHAPES[name], len(offsets), workers, config) == (workers - len(offsets) if warmers else 0,
+                                                                                       k_tiles)
+        assert config.cluster_pairs == (2 if warmers else 1)
     # one group of 1 x 28672 x 4096: 28672 + 128 rows x 144 bytes per k-tile, 4.1 MB; 8 of 16 k-tiles fit 32 MiB
     assert submission.warm_l2_plan([(1, 28672, 4096)], 112, 148, warm) == (36, 8)
 
@@ -438,3 +440,17 @@ def test_the_emulated_cluster_shapes_run_clusters_of_two_pairs():
         assert submission.sm100_shape_config(SHAPES[name], 74, submission.SM100_SHIPPED).cluster_pairs == 1, name
     for name in ("benchmarks2", "benchmarks3"):
         assert submission.sm100_shape_config(SHAPES[name], 74, submission.SM100_SHIPPED).cluster_pairs == 2, name
+
+
+def test_the_schedule_takes_the_drivers_cluster_count():
+    """A B200 may hold fewer clusters of two pairs than half its pairs (its GPCs): the launch schedules the
+    clusters the driver reports. 12 pairs but 5 clusters: the 4 records of a 176-token tile on 2048 rows run on
+    at most 5 clusters; 1 cluster: the busiest would carry 4 tiles, so pairs run alone."""
+    sizes = [(176, 2048, 1024)]
+    five = submission.sm100_shape_config(sizes, 12, submission.SM100_SHIPPED, 5)
+    assert five.cluster_pairs == 2
+    records, offsets = submission.sm100_schedule(sizes, 12, five, 5)
+    assert len(offsets) <= 5 and submission.warm_l2_plan(sizes, len(offsets), 5, five)[0] == 5 - len(offsets)
+    assert submission.sm100_shape_config(sizes, 12, submission.SM100_SHIPPED, 1).cluster_pairs == 1
+    with pytest.raises(ValueError, match="needs room for a cluster"):
+        submission.sm100_schedule(sizes, 12, five, 0)

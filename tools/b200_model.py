@@ -60,9 +60,9 @@ Which Sm100Config switches it can judge
     pairs idle, benchmarks 3 and 4): 0 to the first load's HBM latency, about 1 us per call there.
     self_warm (each worker prefetching its first record's first k-tiles before the dependency
     wait, where no warmer launches: benchmarks 1 and 2): 0 to 5% there. cluster_pairs (two pairs
-    sharing each token k-tile by multicast, where pairs are idle: benchmarks 3 and 4): 0 to the
-    part of the mainloop L2's ports pace, 7% there in the timed emulator; the model counts a
-    cluster's record as its two pairs' tiles.
+    sharing each token k-tile by multicast, where pairs are idle: benchmarks 3 and 4): up to the
+    part of the mainloop L2's ports pace, 6% and 4% there in the timed emulator; the model counts
+    a cluster's record as its two pairs' tiles.
   A B200 run (tools/b200_profile.py, then --refit) measures them all.
 
 Calibration. Five constants of B200Model are fitted: least squares of the relative error over the
@@ -192,7 +192,8 @@ def _config_layout(config: Sm100Config, sizes, workers: int):
     the order the kernel walks them; and the DRAM bytes per weight block."""
     records, offsets = sm100_schedule(sizes, workers, config)
     # A cluster of two pairs (cluster_pairs 2) runs each record on two weight blocks, one a pair:
-    # modeled as its two pairs, each walking the record on its own block (the pair past N, if any, idle).
+    # modeled as its two pairs, each walking the record on its own block. A pair wholly past N runs in
+    # step with its partner on zero-filled boxes; it is left out, as its partner's walk bounds it.
     pairs = [[(g, n0 + pair * config.weight_rows, t0, v, m_end, n, k_end, k_begin)
               for g, n0, t0, v, m_end, n, k_end, _, k_begin, *_ in records[begin:end]
               if n0 + pair * config.weight_rows < n]
@@ -522,7 +523,7 @@ def configs_table(benches, rms, markdown=False, model=B200_MODEL) -> str:
         "The model judges cta_group, token_variants and jobs; it has no term for " + ", ".join(NOT_MODELED)
         + ": assumed, not measured, pdl 0 to 2 us and prefetch 0 to 0.5 us of the 4.6 us start per call,"
         " warmers 0 to 1 us per call on benchmarks 3 and 4, l2_hints and self_warm 0 to 5% on benchmarks 1"
-        " and 2, cluster_pairs (L2's ports, not in the model) 0 to 7% on benchmarks 3 and 4, the others 0 to 2%"
+        " and 2, cluster_pairs (L2's ports, not in the model) 0 to 6% on benchmarks 3 and 4, the others 0 to 2%"
         " (tools/b200_model.py docstring).",
     ])
 

@@ -364,7 +364,7 @@ class EmulatedB200:
     def co_resident_workers(self, device, cluster_size: int) -> int:
         """--workers counts SM pairs (or SMs with cta_group 1): a cluster of two pairs takes two."""
         if self.workers:
-            return max(1, self.workers // 2) if cluster_size == 4 else self.workers
+            return self.workers // 2 if cluster_size == 4 else self.workers
         return 148 // cluster_size
 
     def stream(self, device):
