@@ -863,6 +863,30 @@ def group_tma_desc(group, atoms):
     return _cute_ir.inttoptr(_tma_desc_type(), aligned)
 
 
+# A worker's row of the offsets table: its first and end record, then (record_in_row) a copy of its
+# first record, padded to 64 bytes so that the row is one aligned line's half.
+WORKER_ROW = 16
+# The fields of a record the TMA warp reads: group, n0, t0, variant, k_end, sole_reader_ends, k_begin.
+LOAD_FIELDS = (0, 1, 2, 3, 6, 7, 8)
+
+
+def worker_rows(records, offsets) -> list:
+    """The offsets table as the B200 kernel reads it: per worker its (first, end) record and a copy of
+    its first record (zeros for a worker without records), WORKER_ROW int32 each."""
+    pad = [0] * (WORKER_ROW - 2 - len(RECORD_FIELDS))
+    return [list(row[:2]) + (list(records[row[0]]) if row[0] < row[1] else [0] * len(RECORD_FIELDS)) + pad
+            for row in offsets]
+
+
+def tiles_of(value, size: int):
+    """value // size of a record field, which is never negative: one shift where size is a power of 2
+    (a signed // compiles to Python's floor division, ten instructions on the TMA warp's way to a
+    record's first load)."""
+    if size & (size - 1) == 0:
+        return value >> (size.bit_length() - 1)
+    return value // size
+
+
 def gmem_matrix(dtype, address, rows, cols):
     """A row-major (rows, cols) global tensor at `address`."""
     ptr = cute.make_ptr(dtype, address, cute.AddressSpace.gmem, assumed_align=16)
@@ -1351,6 +1375,12 @@ class Sm100Config:
     # shape runs it only where its pairs' schedule leaves pairs idle and the clusters' is no less
     # balanced (sm100_shape_config).
     cluster_pairs: int = 2
+    # Each worker's row of the offsets table also holds its first record, so the CTA reads it with
+    # its first and end record in one load issued before the cluster barrier's wait, and the TMA
+    # warp's first copy follows that wait and the dependency wait with no memory read between.
+    # Off: the TMA warp reads the first record from the record table after the cluster barrier's
+    # wait, a dependent L2 round trip (its address needs the first one's answer) before its first load.
+    record_in_row: bool = True
 
     def __post_init__(self):
         if self.cta_group not in (1, 2):
@@ -1491,7 +1521,7 @@ def _config_value(value) -> str:
 SM100_SHIPPED = Sm100Config()
 SM100_SAFE = Sm100Config(
     cta_group=1, token_variants=(128,), multicast=False, pdl=False, l2_hints=False, epilogue="atoms",
-    descriptors="branch", jobs="hybrid", warmers=False, self_warm=False, cluster_pairs=1,
+    descriptors="branch", jobs="hybrid", warmers=False, self_warm=False, cluster_pairs=1, record_in_row=False,
 )
 
 
@@ -1989,8 +2019,13 @@ class Sm100GroupedGemm:
         else:
             smem.c = None
         tiles = gmem_matrix(cutlass.Int32, args.tiles, args.num_tiles, len(RECORD_FIELDS))
-        worker_tiles = gmem_matrix(cutlass.Int32, args.worker_tiles, args.num_workers, 2)
+        worker_tiles = gmem_matrix(cutlass.Int32, args.worker_tiles, args.num_workers, WORKER_ROW)
         walk = (tiles, worker_tiles[worker, 0], worker_tiles[worker, 1], pair_rows)
+        # The TMA warp's first record (record_in_row): read here, in the row's one load with begin and
+        # end, so its L2 round trip passes under the cluster barrier's wait below.
+        first_record = None
+        if cutlass.const_expr(self.config.record_in_row):
+            first_record = tuple(worker_tiles[worker, 2 + field] for field in LOAD_FIELDS)
         if cutlass.const_expr(self.config.warmers):
             if worker < args.warmers:
                 # A warmer has no records: all its warps share the call's prefetches.
@@ -2009,7 +2044,7 @@ class Sm100GroupedGemm:
         if warp_idx == TMA_WARP:
             self.load(
                 ab_pipeline, weight_atoms, token_atoms, weight_sf_atoms, token_sf_atoms, coords, smem, walk,
-                is_leader_cta, cta_coord_vmnk, cta_coord_sfb_vmnk, args,
+                is_leader_cta, cta_coord_vmnk, cta_coord_sfb_vmnk, args, first_record,
             )
         if warp_idx == MMA_WARP:
             tmem.wait_for_alloc()
@@ -2031,7 +2066,7 @@ class Sm100GroupedGemm:
     @cute.jit
     def load(
         self, ab_pipeline, weight_atoms, token_atoms, weight_sf_atoms, token_sf_atoms, coords, smem, walk,
-        is_leader_cta, cta_coord_vmnk, cta_coord_sfb_vmnk, args,
+        is_leader_cta, cta_coord_vmnk, cta_coord_sfb_vmnk, args, first_record,
     ):
         """Warp 5 of every CTA: per k-tile of each tile, this CTA's weights, its share of the tokens,
         its weight scales (with cta_group 2: 2-CTA TMA completing on the leader's full barrier) and
@@ -2051,18 +2086,28 @@ class Sm100GroupedGemm:
             read_once, read_normal, read_again = _l2_policy("first"), _l2_policy("normal"), _l2_policy("last")
 
         tiles, begin, end, pair_rows = walk
+        if cutlass.const_expr(self.config.record_in_row):
+            g, record_n0, t0, variant_index, k_end, sole, k_begin = first_record
+        else:  # each record, the first too, read from the table in the loop below
+            g, record_n0, t0, variant_index, k_end, sole, k_begin = (cutlass.Int32(0),) * len(LOAD_FIELDS)
         if cutlass.const_expr(self.config.prefetch):
-            # Neither the schedule nor the descriptors depend on the previous grid: read the first
-            # record and prefetch its group's descriptors while that grid may still run.
+            # Neither the schedule nor the descriptors depend on the previous grid: prefetch the
+            # first record's group's descriptors while that grid may still run.
             if begin < end:
-                self._prefetch_descriptors(tiles[begin, 0], weight_atoms, token_atoms, weight_sf_atoms, token_sf_atoms)
+                self._prefetch_descriptors(
+                    g if cutlass.const_expr(self.config.record_in_row) else tiles[begin, 0],
+                    weight_atoms, token_atoms, weight_sf_atoms, token_sf_atoms,
+                )
         if cutlass.const_expr(self.config.l2_prefetch):
             if begin < end:
                 self._prefetch_l2(args, tiles, pair_rows, begin, is_leader_cta)
         if cutlass.const_expr(self.config.self_warm):
             if begin < end and args.self_warm_k_tiles > 0:  # 0 where warmers launch: no record read
+                first = (g, record_n0, t0, variant_index, k_end)
+                if cutlass.const_expr(not self.config.record_in_row):
+                    first = tuple(tiles[begin, field] for field in LOAD_FIELDS[:5])
                 self._prefetch_record(
-                    tiles, pair_rows, begin, cutlass.min(tiles[begin, 6] // K_TILE, args.self_warm_k_tiles), True, True,
+                    first[:4], pair_rows, cutlass.min(tiles_of(first[4], K_TILE), args.self_warm_k_tiles), True, True,
                     (tAgA, tAgSFA, tBgSFB, [part[1] for part in token_parts]),
                     (weight_atoms, weight_sf_atoms, token_sf_atoms, token_atoms),
                 )
@@ -2075,22 +2120,27 @@ class Sm100GroupedGemm:
                 cute.arch.griddepcontrol_wait()
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
         for t in range(begin, end):
-            g, n0, t0, variant_index = tiles[t, 0], tiles[t, 1] + pair_rows, tiles[t, 2], tiles[t, 3]
+            if cutlass.const_expr(self.config.record_in_row):
+                if t != begin:  # the first came with the worker's row
+                    g, record_n0, t0, variant_index, k_end, sole, k_begin = (tiles[t, field] for field in LOAD_FIELDS)
+            else:
+                g, record_n0, t0, variant_index, k_end, sole, k_begin = (tiles[t, field] for field in LOAD_FIELDS)
+            n0 = record_n0 + pair_rows
             # The record's first and end k-tile (a whole tile's first is 0 at compile time: its loop as before).
-            k_tiles = (tiles[t, 8] // K_TILE if cutlass.const_expr(self.config.jobs == "stream") else 0, tiles[t, 6] // K_TILE)
+            k_tiles = (tiles_of(k_begin, K_TILE) if cutlass.const_expr(self.config.jobs == "stream") else 0, tiles_of(k_end, K_TILE))
             read_weights = None
             if cutlass.const_expr(self.config.l2_hints):
                 # The last tile of a weight block's sole reader streams it evict-first; other tiles
                 # keep it in L2 for the next token tile.
-                read_weights = cutlass.Int64(cutlass.select_(tiles[t, 7] != 0, read_once, read_normal))
-            block = n0 // self.config.weight_rows
+                read_weights = cutlass.Int64(cutlass.select_(sole != 0, read_once, read_normal))
+            block = tiles_of(n0, self.config.weight_rows)
             # (gmem k-tiles, smem stages, L2 policy, multicast mask) per operand, in the order of
             # the atoms passed to _copies_of_group: weights, weight scales, token scales, tokens
             slices = (
                 (tAgA[(None, block, None, 0)], tAsA, read_weights, None),
                 (tAgSFA[(None, block, None, 0)], tAsSFA, read_weights, None),
             ) + tuple(  # the token scales' 128-row blocks from the tile's first
-                (tBgSFB[(None, t0 // TOKEN_CHUNK + b, None, 0)], tBsSFB[b], read_again, sfb_mask)
+                (tBgSFB[(None, tiles_of(t0, TOKEN_CHUNK) + b, None, 0)], tBsSFB[b], read_again, sfb_mask)
                 for b in range(self.config.token_scale_blocks)
             )
             for v in cutlass.range_constexpr(len(self.variants)):
@@ -2164,7 +2214,7 @@ class Sm100GroupedGemm:
         variant = self.variants[v]
         weight_atoms, weight_sf_atoms, token_sf_atoms, variant_token_atoms = group_atoms
         group_atoms = (weight_atoms, weight_sf_atoms) + (token_sf_atoms,) * variant.scale_blocks + (variant_token_atoms,)
-        operands = slices[:2 + variant.scale_blocks] + ((tBgB[(None, t0 // variant.tokens, None, 0)], tBsB, read_again, token_mask),)
+        operands = slices[:2 + variant.scale_blocks] + ((tBgB[(None, tiles_of(t0, variant.tokens), None, 0)], tBsB, read_again, token_mask),)
         tx_bytes = self.variants[v].tx_bytes
         if cutlass.const_expr(self.config.descriptors == "selp"):
             copies = [(atoms[0], group_tma_desc(g, atoms)) + operand for atoms, operand in zip(group_atoms, operands)]
@@ -2215,18 +2265,20 @@ class Sm100GroupedGemm:
             k_end = cutlass.min(tiles[t, 6] // K_TILE, args.warm_k_tiles)
             if t0 != 0 and n0 != 0:
                 k_end = 0
-            self._prefetch_record(tiles, pair_rows, t, k_end, t0 == 0, n0 == 0, sources, atoms)
+            self._prefetch_record(
+                (tiles[t, 0], n0, t0, tiles[t, 3]), pair_rows, k_end, t0 == 0, n0 == 0, sources, atoms
+            )
 
     @cute.jit
-    def _prefetch_record(self, tiles, pair_rows, t, k_end, with_weights, with_tokens, sources, atoms):
-        """cp.async.bulk.prefetch.tensor of record t's boxes of k-tiles 0 .. k_end - 1 that this
-        CTA loads (`sources`: its partitions of the weights, weight scales, token scales and tokens
-        per variant): the weights' and their scales' where with_weights, the tokens' and their
-        scales' where with_tokens."""
+    def _prefetch_record(self, record, pair_rows, k_end, with_weights, with_tokens, sources, atoms):
+        """cp.async.bulk.prefetch.tensor of a record's boxes (`record`: its group, n0, t0, variant)
+        of k-tiles 0 .. k_end - 1 that this CTA loads (`sources`: its partitions of the weights,
+        weight scales, token scales and tokens per variant): the weights' and their scales' where
+        with_weights, the tokens' and their scales' where with_tokens."""
         weights, weight_scales, token_scales, tokens = sources
         weight_atoms, weight_sf_atoms, token_sf_atoms, token_atoms = atoms
-        g, n0, t0, variant_index = tiles[t, 0], tiles[t, 1] + pair_rows, tiles[t, 2], tiles[t, 3]
-        block = n0 // self.config.weight_rows
+        g, n0, t0, variant_index = record
+        block = tiles_of(n0 + pair_rows, self.config.weight_rows)
         for k in range(0, k_end):
             for group in cutlass.range_constexpr(self.num_groups):
                 if g == group:
@@ -2754,7 +2806,7 @@ def sm100_launch_args(sizes, device, config: Sm100Config):
     self_warm_k_tiles = self_warm_plan(records, offsets, warmers, config)
     offsets = [[0, 0]] * warmers + offsets  # the warmers launch first (lowest cluster indices)
     tiles = torch.tensor(records, dtype=torch.int32, device=device)
-    worker_tiles = torch.tensor(offsets, dtype=torch.int32, device=device)
+    worker_tiles = torch.tensor(worker_rows(records, offsets), dtype=torch.int32, device=device)
     args = _sm100_args_layout(len(sizes))
     args.set_sizes(sizes)
     args.set("tiles", tiles.data_ptr())
