@@ -863,26 +863,27 @@ def group_tma_desc(group, atoms):
     return _cute_ir.inttoptr(_tma_desc_type(), aligned)
 
 
-# A worker's row of the offsets table: its first and end record, then (record_in_row) a copy of its
-# first record, padded to 64 bytes so that the row is one aligned line's half.
+# A worker's row of the offsets table with lean_walk: its first and end record, then a copy of its
+# first record, padded to 64 bytes so that the row is one aligned line's half (without: the two).
 WORKER_ROW = 16
 # The fields of a record the TMA warp reads: group, n0, t0, variant, k_end, sole_reader_ends, k_begin.
 LOAD_FIELDS = (0, 1, 2, 3, 6, 7, 8)
 
 
-def worker_rows(records, offsets) -> list:
-    """The offsets table as the B200 kernel reads it: per worker its (first, end) record and a copy of
-    its first record (zeros for a worker without records), WORKER_ROW int32 each."""
+def worker_rows(records, offsets, lean_walk: bool) -> list:
+    """The offsets table as the B200 kernel reads it: per worker its (first, end) record and, with
+    lean_walk, a copy of its first record (zeros for a worker without records), WORKER_ROW int32 each."""
+    if not lean_walk:
+        return [list(row[:2]) for row in offsets]
     pad = [0] * (WORKER_ROW - 2 - len(RECORD_FIELDS))
     return [list(row[:2]) + (list(records[row[0]]) if row[0] < row[1] else [0] * len(RECORD_FIELDS)) + pad
             for row in offsets]
 
 
-def tiles_of(value, size: int):
-    """value // size of a record field, which is never negative: one shift where size is a power of 2
-    (a signed // compiles to Python's floor division, ten instructions on the TMA warp's way to a
-    record's first load)."""
-    if size & (size - 1) == 0:
+def tiles_of(value, size: int, shift: bool = True):
+    """value // size of a record field, which is never negative: with `shift`, one shift where size
+    is a power of 2 (a signed // compiles to Python's floor division, ten instructions)."""
+    if shift and size & (size - 1) == 0:
         return value >> (size.bit_length() - 1)
     return value // size
 
@@ -1375,12 +1376,13 @@ class Sm100Config:
     # shape runs it only where its pairs' schedule leaves pairs idle and the clusters' is no less
     # balanced (sm100_shape_config).
     cluster_pairs: int = 2
-    # Each worker's row of the offsets table also holds its first record, so the CTA reads it with
-    # its first and end record in one load issued before the cluster barrier's wait, and the TMA
-    # warp's first copy follows that wait and the dependency wait with no memory read between.
-    # Off: the TMA warp reads the first record from the record table after the cluster barrier's
-    # wait, a dependent L2 round trip (its address needs the first one's answer) before its first load.
-    record_in_row: bool = True
+    # The TMA warp's way to a record's first load, lean: each worker's row of the offsets table also
+    # holds its first record, so the CTA reads it with its first and end record in one load issued
+    # before the cluster barrier's wait (its first copy then follows that wait and the dependency
+    # wait with no memory read between), and the TMA warp divides a record's fields by shifts. Off:
+    # it reads the first record from the record table after the cluster barrier's wait, a dependent
+    # L2 round trip (its address needs the row's answer), and divides with Python's floor division.
+    lean_walk: bool = True
 
     def __post_init__(self):
         if self.cta_group not in (1, 2):
@@ -1521,7 +1523,7 @@ def _config_value(value) -> str:
 SM100_SHIPPED = Sm100Config()
 SM100_SAFE = Sm100Config(
     cta_group=1, token_variants=(128,), multicast=False, pdl=False, l2_hints=False, epilogue="atoms",
-    descriptors="branch", jobs="hybrid", warmers=False, self_warm=False, cluster_pairs=1, record_in_row=False,
+    descriptors="branch", jobs="hybrid", warmers=False, self_warm=False, cluster_pairs=1, lean_walk=False,
 )
 
 
@@ -2019,12 +2021,14 @@ class Sm100GroupedGemm:
         else:
             smem.c = None
         tiles = gmem_matrix(cutlass.Int32, args.tiles, args.num_tiles, len(RECORD_FIELDS))
-        worker_tiles = gmem_matrix(cutlass.Int32, args.worker_tiles, args.num_workers, WORKER_ROW)
+        worker_tiles = gmem_matrix(
+            cutlass.Int32, args.worker_tiles, args.num_workers, WORKER_ROW if cutlass.const_expr(self.config.lean_walk) else 2
+        )
         walk = (tiles, worker_tiles[worker, 0], worker_tiles[worker, 1], pair_rows)
-        # The TMA warp's first record (record_in_row): read here, in the row's one load with begin and
+        # The TMA warp's first record (lean_walk): read here, in the row's one load with begin and
         # end, so its L2 round trip passes under the cluster barrier's wait below.
         first_record = None
-        if cutlass.const_expr(self.config.record_in_row):
+        if cutlass.const_expr(self.config.lean_walk):
             first_record = tuple(worker_tiles[worker, 2 + field] for field in LOAD_FIELDS)
         if cutlass.const_expr(self.config.warmers):
             if worker < args.warmers:
@@ -2086,7 +2090,7 @@ class Sm100GroupedGemm:
             read_once, read_normal, read_again = _l2_policy("first"), _l2_policy("normal"), _l2_policy("last")
 
         tiles, begin, end, pair_rows = walk
-        if cutlass.const_expr(self.config.record_in_row):
+        if cutlass.const_expr(self.config.lean_walk):
             g, record_n0, t0, variant_index, k_end, sole, k_begin = first_record
         else:  # each record, the first too, read from the table in the loop below
             g, record_n0, t0, variant_index, k_end, sole, k_begin = (cutlass.Int32(0),) * len(LOAD_FIELDS)
@@ -2095,7 +2099,7 @@ class Sm100GroupedGemm:
             # first record's group's descriptors while that grid may still run.
             if begin < end:
                 self._prefetch_descriptors(
-                    g if cutlass.const_expr(self.config.record_in_row) else tiles[begin, 0],
+                    g if cutlass.const_expr(self.config.lean_walk) else tiles[begin, 0],
                     weight_atoms, token_atoms, weight_sf_atoms, token_sf_atoms,
                 )
         if cutlass.const_expr(self.config.l2_prefetch):
@@ -2104,10 +2108,10 @@ class Sm100GroupedGemm:
         if cutlass.const_expr(self.config.self_warm):
             if begin < end and args.self_warm_k_tiles > 0:  # 0 where warmers launch: no record read
                 first = (g, record_n0, t0, variant_index, k_end)
-                if cutlass.const_expr(not self.config.record_in_row):
+                if cutlass.const_expr(not self.config.lean_walk):
                     first = tuple(tiles[begin, field] for field in LOAD_FIELDS[:5])
                 self._prefetch_record(
-                    first[:4], pair_rows, cutlass.min(tiles_of(first[4], K_TILE), args.self_warm_k_tiles), True, True,
+                    first[:4], pair_rows, cutlass.min(tiles_of(first[4], K_TILE, self.config.lean_walk), args.self_warm_k_tiles), True, True,
                     (tAgA, tAgSFA, tBgSFB, [part[1] for part in token_parts]),
                     (weight_atoms, weight_sf_atoms, token_sf_atoms, token_atoms),
                 )
@@ -2120,27 +2124,27 @@ class Sm100GroupedGemm:
                 cute.arch.griddepcontrol_wait()
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.num_stages)
         for t in range(begin, end):
-            if cutlass.const_expr(self.config.record_in_row):
+            if cutlass.const_expr(self.config.lean_walk):
                 if t != begin:  # the first came with the worker's row
                     g, record_n0, t0, variant_index, k_end, sole, k_begin = (tiles[t, field] for field in LOAD_FIELDS)
             else:
                 g, record_n0, t0, variant_index, k_end, sole, k_begin = (tiles[t, field] for field in LOAD_FIELDS)
             n0 = record_n0 + pair_rows
             # The record's first and end k-tile (a whole tile's first is 0 at compile time: its loop as before).
-            k_tiles = (tiles_of(k_begin, K_TILE) if cutlass.const_expr(self.config.jobs == "stream") else 0, tiles_of(k_end, K_TILE))
+            k_tiles = (tiles_of(k_begin, K_TILE, self.config.lean_walk) if cutlass.const_expr(self.config.jobs == "stream") else 0, tiles_of(k_end, K_TILE, self.config.lean_walk))
             read_weights = None
             if cutlass.const_expr(self.config.l2_hints):
                 # The last tile of a weight block's sole reader streams it evict-first; other tiles
                 # keep it in L2 for the next token tile.
                 read_weights = cutlass.Int64(cutlass.select_(sole != 0, read_once, read_normal))
-            block = tiles_of(n0, self.config.weight_rows)
+            block = tiles_of(n0, self.config.weight_rows, self.config.lean_walk)
             # (gmem k-tiles, smem stages, L2 policy, multicast mask) per operand, in the order of
             # the atoms passed to _copies_of_group: weights, weight scales, token scales, tokens
             slices = (
                 (tAgA[(None, block, None, 0)], tAsA, read_weights, None),
                 (tAgSFA[(None, block, None, 0)], tAsSFA, read_weights, None),
             ) + tuple(  # the token scales' 128-row blocks from the tile's first
-                (tBgSFB[(None, tiles_of(t0, TOKEN_CHUNK) + b, None, 0)], tBsSFB[b], read_again, sfb_mask)
+                (tBgSFB[(None, tiles_of(t0, TOKEN_CHUNK, self.config.lean_walk) + b, None, 0)], tBsSFB[b], read_again, sfb_mask)
                 for b in range(self.config.token_scale_blocks)
             )
             for v in cutlass.range_constexpr(len(self.variants)):
@@ -2214,7 +2218,7 @@ class Sm100GroupedGemm:
         variant = self.variants[v]
         weight_atoms, weight_sf_atoms, token_sf_atoms, variant_token_atoms = group_atoms
         group_atoms = (weight_atoms, weight_sf_atoms) + (token_sf_atoms,) * variant.scale_blocks + (variant_token_atoms,)
-        operands = slices[:2 + variant.scale_blocks] + ((tBgB[(None, tiles_of(t0, variant.tokens), None, 0)], tBsB, read_again, token_mask),)
+        operands = slices[:2 + variant.scale_blocks] + ((tBgB[(None, tiles_of(t0, variant.tokens, self.config.lean_walk), None, 0)], tBsB, read_again, token_mask),)
         tx_bytes = self.variants[v].tx_bytes
         if cutlass.const_expr(self.config.descriptors == "selp"):
             copies = [(atoms[0], group_tma_desc(g, atoms)) + operand for atoms, operand in zip(group_atoms, operands)]
@@ -2278,7 +2282,7 @@ class Sm100GroupedGemm:
         weights, weight_scales, token_scales, tokens = sources
         weight_atoms, weight_sf_atoms, token_sf_atoms, token_atoms = atoms
         g, n0, t0, variant_index = record
-        block = tiles_of(n0 + pair_rows, self.config.weight_rows)
+        block = tiles_of(n0 + pair_rows, self.config.weight_rows, self.config.lean_walk)
         for k in range(0, k_end):
             for group in cutlass.range_constexpr(self.num_groups):
                 if g == group:
@@ -2806,7 +2810,7 @@ def sm100_launch_args(sizes, device, config: Sm100Config):
     self_warm_k_tiles = self_warm_plan(records, offsets, warmers, config)
     offsets = [[0, 0]] * warmers + offsets  # the warmers launch first (lowest cluster indices)
     tiles = torch.tensor(records, dtype=torch.int32, device=device)
-    worker_tiles = torch.tensor(worker_rows(records, offsets), dtype=torch.int32, device=device)
+    worker_tiles = torch.tensor(worker_rows(records, offsets, config.lean_walk), dtype=torch.int32, device=device)
     args = _sm100_args_layout(len(sizes))
     args.set_sizes(sizes)
     args.set("tiles", tiles.data_ptr())
