@@ -118,11 +118,19 @@ Launch and start-up. Programmatic dependent launch: each kernel lets the next ca
 launch as soon as all its CTAs run (griddepcontrol.launch_dependents at the start), so the next
 launch and its prologue (barrier init, TMEM allocation) overlap this kernel's tail on the SMs it
 frees; the TMA warp waits (griddepcontrol.wait) before its first load, and every other role
-depends on loads. Before that wait it reads its first tile record and prefetches that tile's
-descriptors (prefetch.tensormap) and, with self_warm, the boxes of its first k-tiles into L2
-(below): none of it depends on the previous grid (the schedule tables are written when the plan
-is built). Around the accumulator hand-offs, tcgen05.fence::
-after_thread_sync follows each wait and ::before_thread_sync precedes the epilogue's release.
+depends on loads. Before that wait it prefetches its first record's descriptors
+(prefetch.tensormap) and, with self_warm, the boxes of its first k-tiles into L2 (below): none of
+it depends on the previous grid (the schedule tables are written when the plan is built). The
+first record itself comes with the worker's row of the offsets table (lean_walk): each CTA reads
+its first and end record and a copy of its first record in one load, issued before the cluster
+barrier's wait, so the TMA warp's first copy follows that wait and the dependency wait with no
+memory read between; read from the record table after the cluster barrier's wait, as before, it
+was a second L2 round trip (about 300 cycles: its address needs the row's answer) before every
+CTA's first load. The TMA warp also divides a record's fields by shifts (a signed // is ten
+instructions). Timed emulator, B200 description, streams of 4: 22.86 / 12.79 / 4.36 / 2.87
+against 22.96 / 13.10 / 4.57 / 3.01 us with it off (BENCHMARKS.md, "The first record with the
+worker's row"). Around the accumulator hand-offs, tcgen05.fence::after_thread_sync follows each
+wait and ::before_thread_sync precedes the epilogue's release.
 
 Warmers (warmers=on). The schedule gives each job one worker and leaves the rest of the
 co-resident pairs without a tile: 14 and 10 of 74 on benchmarks 3 and 4 (60 and 64 jobs), none on
@@ -276,6 +284,11 @@ Departures from NVIDIA's dense_blockscaled_gemm_persistent.py (cutlass v4.3.5), 
                                                                     weight blocks (1 with
                                                                     cta_group 1, multicast off or
                                                                     jobs="stream")
+  lean_walk       on       off     a tile scheduler that computes   each worker's first record
+                                   its tiles (no table)             copied into its offsets row,
+                                                                    read before the cluster
+                                                                    barrier's wait; record fields
+                                                                    divided by shifts
 Departures no switch removes (SM100_SAFE keeps them): one launch for all groups with one TMA
 atom per group and operand; a tile's trip count and token range from the host's table; token
 boxes partly past M, zero-filled by the TMA. The direct stores (st.global predicated on M) are
@@ -1349,8 +1362,8 @@ class Sm100Config:
     # parameters (tma_desc_ptr); "branch": one copy per group behind `if group == g`, each with
     # its own atom's descriptor, as the example uses its atoms.
     descriptors: str = "selp"
-    # Start-up: before the wait for the previous grid, the TMA warp reads its first tile record
-    # and prefetches that tile's descriptors (prefetch.tensormap); neither depends on that grid.
+    # Start-up: before the wait for the previous grid, the TMA warp prefetches its first record's
+    # descriptors (prefetch.tensormap); neither depends on that grid.
     # NVIDIA's example prefetches its descriptors too, so SM100_SAFE keeps it on.
     prefetch: bool = True
     # The schedule's jobs (JOB_POLICIES); host-side, the same walk as the Hopper path.

@@ -360,7 +360,7 @@ def test_b200_profile_child_hang_is_recorded(tmp_path):
 
 def test_the_configurations_profiled_by_default_parse_back():
     labels = [label for label, config in model.single_flips()]
-    assert labels[0] == "shipped" and labels[-1] == "safe" and len(labels) == 18
+    assert labels[0] == "shipped" and labels[-1] == "safe" and len(labels) == 19
     assert [submission.Sm100Config.parse(label) for label in labels] == [c for _, c in model.single_flips()]
 
 

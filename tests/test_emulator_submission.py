@@ -44,7 +44,7 @@ EDGE_SPECS = [
 ]
 SWITCHES = ["cta_group=1", "token_variants=128", "multicast=off", "pdl=off", "l2_hints=off", "epilogue=atoms",
             "epilogue=tma", "epilogue=ptx", "descriptors=branch", "prefetch=off", "l2_prefetch=on",
-            "warmers=off", "self_warm=off", "cluster_pairs=1"]
+            "warmers=off", "self_warm=off", "cluster_pairs=1", "lean_walk=off"]
 JOB_POLICIES = ["tiles", "weight_blocks", "hybrid", "stream"]
 # Shapes that jobs=stream cuts at 3 workers (tests/test_schedule.py checks it): one tile in 3 parts; one in 3
 # parts whose pair's second CTA is past N; cut and whole tiles on one worker, 64- and 128-token variants.
@@ -218,6 +218,35 @@ def test_a_cluster_defect_is_caught(tmp_path, good, bad, verdicts):
     planted.write_text(source.replace(good, bad))
     rc, verdict, out = emulate("shipped", CLUSTER_SPECS[:1], workers=CLUSTER_WORKERS, submission=planted, timeout=600)
     assert rc != 0 and verdict.split()[0] in verdicts, out[-3000:]
+
+
+# Two records per pair at 2 workers, neighbouring weight blocks of one 40-token tile: a worker's records differ in
+# n0 only (tests/test_schedule.py checks it).
+LEAN_SPEC = "m: [40]; n: [1024]; k: [512]; g: 1; seed: 51"
+
+
+@pytest.mark.parametrize("config, planted, verdict", [
+    ("shipped", False, "PASS"),
+    ("shipped", True, "FAIL"),
+    ("shipped,lean_walk=off", True, "PASS"),
+])
+def test_the_first_record_comes_from_the_workers_row(tmp_path, config, planted, verdict):
+    """lean_walk: the TMA warp takes its first record from the worker's row of the offsets table, and every later
+    one from the record table. Planted in a copy of submission.py: the host copies each worker's second record
+    into its row, so the TMA warp loads the next weight block's weights for the first record, which the MMA and
+    epilogue warps (reading the table) compute and store as the first block's: FAIL. With lean_walk off the
+    kernel reads no copy (its rows are two wide), and the same plant changes nothing: PASS, races=0."""
+    source = (ROOT / "submission.py").read_text()
+    good = "(list(records[row[0]]) if row[0] < row[1]"
+    assert source.count(good) == 1
+    path = None
+    if planted:
+        path = tmp_path / "submission.py"
+        path.write_text(source.replace(good, "(list(records[row[0] + 1]) if row[0] < row[1]"))
+    rc, line, out = emulate(config, [LEAN_SPEC], mode="adversarial", seed=51, workers=2, submission=path)
+    assert line.split()[0] == verdict and (rc == 0) == (verdict == "PASS"), out[-3000:]
+    if verdict == "PASS":
+        assert "races=0" in line, out[-3000:]
 
 
 @pytest.mark.long

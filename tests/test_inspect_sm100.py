@@ -328,7 +328,7 @@ def test_configurations_follow_the_submission():
 SINGLE_SWITCHES = ("cta_group=1", "token_variants=64/128", "token_variants=128", "multicast=off", "pdl=off", "l2_hints=off", "epilogue=atoms",
                    "epilogue=tma", "epilogue=ptx", "descriptors=branch", "prefetch=off", "jobs=hybrid",
                    "jobs=weight_blocks", "jobs=stream", "l2_prefetch=on", "warmers=off", "self_warm=off",
-                   "cluster_pairs=1")
+                   "cluster_pairs=1", "lean_walk=off")
 COVERAGE = (  # (--groups, --config ...): issue 14's list
     ("1,2,3,4,5,8,16,32", ("shipped",)),
     ("2,8", ("safe",)),

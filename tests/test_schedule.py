@@ -454,3 +454,32 @@ def test_the_schedule_takes_the_drivers_cluster_count():
     assert submission.sm100_shape_config(sizes, 12, submission.SM100_SHIPPED, 1).cluster_pairs == 1
     with pytest.raises(ValueError, match="needs room for a cluster"):
         submission.sm100_schedule(sizes, 12, five, 0)
+
+
+@pytest.mark.parametrize("name", ["benchmarks0", "benchmarks1", "benchmarks2", "benchmarks3"])
+def test_b200_workers_rows_carry_their_first_record(name):
+    """lean_walk: a worker's row of the offsets table is its first and end record and a copy of its first record
+    (zeros where it has none: the warmers), WORKER_ROW int32 wide; without lean_walk the two offsets alone."""
+    sizes = SHAPES[name]
+    config = submission.sm100_shape_config(sizes, 74, submission.SM100_SHIPPED, 37)
+    records, offsets = submission.sm100_schedule(sizes, 74, config, 37)
+    offsets = [[0, 0]] * 3 + offsets  # as the launch puts its warmers first
+    rows = submission.worker_rows(records, offsets, True)
+    assert all(len(row) == submission.WORKER_ROW for row in rows)
+    for row, (first, end) in zip(rows, offsets):
+        assert row[:2] == [first, end]
+        copy = row[2:2 + len(submission.RECORD_FIELDS)]
+        assert copy == (list(records[first]) if first < end else [0] * len(submission.RECORD_FIELDS))
+    assert submission.worker_rows(records, offsets, False) == [list(row) for row in offsets]
+
+
+def test_the_lean_walk_shape_gives_a_pair_two_neighbouring_blocks():
+    """tests/test_emulator_submission.py's LEAN_SPEC at 2 workers: each pair runs two records of one token tile on
+    different weight blocks, so a row carrying the second record in place of the first loads other weights."""
+    sizes = [(40, 1024, 512)]
+    config = submission.sm100_shape_config(sizes, 2, submission.SM100_SHIPPED, 1)
+    records, offsets = submission.sm100_schedule(sizes, 2, config, 1)
+    for first, end in offsets:
+        assert end - first == 2
+        one, two = records[first], records[first + 1]
+        assert one[1] != two[1] and one[:1] + one[2:] == two[:1] + two[2:]

@@ -45,8 +45,8 @@ overheads at small N; host time (hidden behind the board's L2 flush); the first 
 Which Sm100Config switches it can judge
   - cta_group, token_variants and jobs: workers, stage count, token widths and the schedule all
     enter the model (the per-configuration table gives each its own figure).
-  - multicast, l2_hints, epilogue, descriptors, pdl, prefetch, l2_prefetch, warmers, self_warm and
-    cluster_pairs: the model has no term for them,
+  - multicast, l2_hints, epilogue, descriptors, pdl, prefetch, l2_prefetch, warmers, self_warm,
+    cluster_pairs and lean_walk: the model has no term for them,
     so every one of them gets the shipped figure, and the table says so. Assumed ranges, not
     measured and not fitted: pdl and prefetch hide part of start_us (4.6 us per call): PDL, launch
     and prologue overlapped with the previous call's tail, 0 to 2 us per call (gau-nernst's
@@ -62,7 +62,9 @@ Which Sm100Config switches it can judge
     wait, where no warmer launches: benchmarks 1 and 2): 0 to 5% there. cluster_pairs (two pairs
     sharing each token k-tile by multicast, where pairs are idle: benchmarks 3 and 4): up to the
     part of the mainloop L2's ports pace, 6% and 4% there in the timed emulator; the model counts
-    a cluster's record as its two pairs' tiles.
+    a cluster's record as its two pairs' tiles. lean_walk (each worker's first record read with its
+    offsets, under the cluster barrier's wait, and a record's divisions by shifts): part of start_us,
+    0 to 0.3 us per call (one L2 round trip and a few dozen instructions before the first load).
   A B200 run (tools/b200_profile.py, then --refit) measures them all.
 
 Calibration. Five constants of B200Model are fitted: least squares of the relative error over the
@@ -105,7 +107,7 @@ FITTED = ("dram_efficiency", "stage_round_trip_us", "start_us", "tma_store_epilo
 SCALE_BLOCK_BYTES = 128 * K_TILE // SF_VEC_SIZE  # one 128-row block of e4m3 scales per k-tile
 # Sm100Config fields the model has no term for (module docstring: assumed ranges).
 NOT_MODELED = ("multicast", "pdl", "l2_hints", "epilogue", "descriptors", "prefetch", "l2_prefetch", "warmers",
-               "self_warm", "cluster_pairs")
+               "self_warm", "cluster_pairs", "lean_walk")
 
 # One tile on its worker: group, weight block (group, first row), first token, tokens, and its
 # mainloop (k-tiles x time per k-tile), MMA-only and epilogue microseconds.
@@ -523,7 +525,8 @@ def configs_table(benches, rms, markdown=False, model=B200_MODEL) -> str:
         "The model judges cta_group, token_variants and jobs; it has no term for " + ", ".join(NOT_MODELED)
         + ": assumed, not measured, pdl 0 to 2 us and prefetch 0 to 0.5 us of the 4.6 us start per call,"
         " warmers 0 to 1 us per call on benchmarks 3 and 4, l2_hints and self_warm 0 to 5% on benchmarks 1"
-        " and 2, cluster_pairs (L2's ports, not in the model) 0 to 6% on benchmarks 3 and 4, the others 0 to 2%"
+        " and 2, cluster_pairs (L2's ports, not in the model) 0 to 6% on benchmarks 3 and 4, lean_walk 0 to"
+        " 0.3 us of the start per call, the others 0 to 2%"
         " (tools/b200_model.py docstring).",
     ])
 
