@@ -170,10 +170,10 @@ def test_192_token_tiles(config, mode, seed):
 
 def test_a_192_token_tile_without_its_second_scale_block_fails(tmp_path):
     """Planted: each 192-token tile loads its second block of token scales from its first block's rows
-    (t0 // 128 instead of t0 // 128 + 1), so tokens 128-191 are scaled by tokens 0-63's scales: the check
+    (t0 / 128 instead of t0 / 128 + 1), so tokens 128-191 are scaled by tokens 0-63's scales: the check
     fails (test_192_token_tiles runs the same shape unplanted)."""
     source = (ROOT / "submission.py").read_text()
-    good = "(tBgSFB[(None, t0 // TOKEN_CHUNK + b, None, 0)], tBsSFB[b], read_again, sfb_mask)"
+    good = "(tBgSFB[(None, tiles_of(t0, TOKEN_CHUNK, self.config.lean_walk) + b, None, 0)], tBsSFB[b], read_again, sfb_mask)"
     assert source.count(good) == 1
     planted = tmp_path / "submission.py"
     planted.write_text(source.replace(good, good.replace(" + b,", ",")))
