@@ -288,7 +288,8 @@ Departures from NVIDIA's dense_blockscaled_gemm_persistent.py (cutlass v4.3.5), 
                                    its tiles (no table)             copied into its offsets row,
                                                                     read before the cluster
                                                                     barrier's wait; record fields
-                                                                    divided by shifts
+                                                                    divided by shifts (off with
+                                                                    jobs="stream")
 Departures no switch removes (SM100_SAFE keeps them): one launch for all groups with one TMA
 atom per group and operand; a tile's trip count and token range from the host's table; token
 boxes partly past M, zero-filled by the TMA. The direct stores (st.global predicated on M) are
@@ -1413,6 +1414,9 @@ class Sm100Config:
         object.__setattr__(self, "warmers", bool(self.warmers) and self.jobs != "stream")
         # jobs="stream" turns self_warm off too: a first record may be a later part of K.
         object.__setattr__(self, "self_warm", bool(self.self_warm) and self.jobs != "stream")
+        # jobs="stream" turns lean_walk off: with the first record's fields carried through the TMA
+        # warp's loop its kernel spills (32 LDL, 16 STL at 255 registers; tools/inspect_sm100.py, DSL 4.3.5).
+        object.__setattr__(self, "lean_walk", bool(self.lean_walk) and self.jobs != "stream")
         if self.cluster_pairs not in (1, 2):
             raise ValueError(f"cluster_pairs must be 1 or 2, got {self.cluster_pairs!r}")
         # Two pairs share tokens only as a pair shares them (multicast) and only over whole-K records

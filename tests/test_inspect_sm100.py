@@ -347,11 +347,12 @@ def test_single_switches_flip_every_field_toward_safe():
         flipped.setdefault(field, []).append(value)
         # cta_group=1 also turns multicast, clusters of two pairs and the 192-token variant off (no pair),
         # multicast=off the clusters (they share tokens by multicast), jobs=stream the 192-token variant (its
-        # partials are 128 wide), warmers (they spill there), self_warm (a first record may be a later part
-        # of K) and the clusters (a part is one pair's): nothing else changes.
+        # partials are 128 wide), warmers and lean_walk (they spill there), self_warm (a first record may be a
+        # later part of K) and the clusters (a part is one pair's): nothing else changes.
         implied = {"cta_group=1": ["token_variants=64/128", "multicast=off", "cluster_pairs=1"],
                    "multicast=off": ["cluster_pairs=1"],
-                   "jobs=stream": ["token_variants=64/128", "warmers=off", "self_warm=off", "cluster_pairs=1"]}.get(text, [])
+                   "jobs=stream": ["token_variants=64/128", "warmers=off", "self_warm=off", "cluster_pairs=1",
+                                   "lean_walk=off"]}.get(text, [])
         assert sorted(config(text).changes_from(SM100_SHIPPED)) == sorted([text] + implied)
     assert set(flipped) == {field.name for field in dataclasses.fields(Sm100Config)}
     for field, values in flipped.items():
