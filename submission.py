@@ -59,7 +59,7 @@ tiles of all pairs run in step. No hardware tests that gain: the Hopper kernel's
 protocol, 2026-11-25). Jobs are spread over the co-resident workers (the driver's occupancy answer
 for the cluster size, as NVIDIA's examples size their grids) longest-processing-time first by the
 modeled mainloop time (B200Model), then improved by moves and swaps. Each worker walks its records
-(group, n0, t0, variant, m_end, n, k, sole_reader_ends) in order; tests/test_schedule.py walks the
+(RECORD_FIELDS: group, n0, t0, variant, m_end, n, k_end, ...) in order; tests/test_schedule.py walks the
 table in Python as the kernel does and checks every output element is written once.
 
 Warp roles (192 threads per CTA, 1 CTA per SM, clusters of 2, or 4 with cluster_pairs 2):
@@ -122,15 +122,16 @@ depends on loads. Before that wait it prefetches its first record's descriptors
 (prefetch.tensormap) and, with self_warm, the boxes of its first k-tiles into L2 (below): none of
 it depends on the previous grid (the schedule tables are written when the plan is built). The
 first record itself comes with the worker's row of the offsets table (lean_walk): each CTA reads
-its first and end record and a copy of its first record in one load, issued before the cluster
-barrier's wait, so the TMA warp's first copy follows that wait and the dependency wait with no
-memory read between; read from the record table after the cluster barrier's wait, as before, it
-was a second L2 round trip (about 300 cycles: its address needs the row's answer) before every
-CTA's first load. The TMA warp also divides a record's fields by shifts (a signed // is ten
-instructions). Timed emulator, B200 description, streams of 4: 22.86 / 12.79 / 4.36 / 2.87
-against 22.96 / 13.10 / 4.57 / 3.01 us with it off (BENCHMARKS.md, "The first record with the
-worker's row"). Around the accumulator hand-offs, tcgen05.fence::after_thread_sync follows each
-wait and ::before_thread_sync precedes the epilogue's release.
+its first and end record and a copy of its first record in loads issued together (one L2 round
+trip) before the cluster barrier's wait, so the TMA warp's first copy follows that wait and the
+dependency wait with no memory read between; read from the record table after the cluster
+barrier's wait, as before, it was a second L2 round trip (about 300 cycles: its address needs the
+row's answer) before every CTA's first load. In its loop the TMA warp also divides a record's
+fields by shifts (Python's floor division is ten instructions). Timed emulator, B200
+description, streams of 4: 22.86 / 12.79 / 4.36 / 2.87 against 22.96 / 13.10 / 4.57 / 3.01 us
+with it off (BENCHMARKS.md, "The first record with the worker's row"). Around the accumulator
+hand-offs, tcgen05.fence::after_thread_sync follows each wait and ::before_thread_sync precedes
+the epilogue's release.
 
 Warmers (warmers=on). The schedule gives each job one worker and leaves the rest of the
 co-resident pairs without a tile: 14 and 10 of 74 on benchmarks 3 and 4 (60 and 64 jobs), none on
@@ -878,7 +879,8 @@ def group_tma_desc(group, atoms):
 
 
 # A worker's row of the offsets table with lean_walk: its first and end record, then a copy of its
-# first record, padded to 64 bytes so that the row is one aligned line's half (without: the two).
+# first record, padded to 64 bytes so that no row straddles two 128-byte lines (torch aligns the
+# table to 512 bytes); without lean_walk a row is the two offsets alone.
 WORKER_ROW = 16
 # The fields of a record the TMA warp reads: group, n0, t0, variant, k_end, sole_reader_ends, k_begin.
 LOAD_FIELDS = (0, 1, 2, 3, 6, 7, 8)
@@ -894,9 +896,9 @@ def worker_rows(records, offsets, lean_walk: bool) -> list:
             for row in offsets]
 
 
-def tiles_of(value, size: int, shift: bool = True):
-    """value // size of a record field, which is never negative: with `shift`, one shift where size
-    is a power of 2 (a signed // compiles to Python's floor division, ten instructions)."""
+def tiles_of(value, size: int, shift: bool):
+    """value // size: with `shift`, one arithmetic shift where size is a power of 2 (it rounds toward
+    minus infinity as Python's floor division does, which compiles to ten instructions)."""
     if shift and size & (size - 1) == 0:
         return value >> (size.bit_length() - 1)
     return value // size
@@ -1364,7 +1366,7 @@ class Sm100Config:
     # its own atom's descriptor, as the example uses its atoms.
     descriptors: str = "selp"
     # Start-up: before the wait for the previous grid, the TMA warp prefetches its first record's
-    # descriptors (prefetch.tensormap); neither depends on that grid.
+    # descriptors (prefetch.tensormap), which do not depend on that grid.
     # NVIDIA's example prefetches its descriptors too, so SM100_SAFE keeps it on.
     prefetch: bool = True
     # The schedule's jobs (JOB_POLICIES); host-side, the same walk as the Hopper path.
@@ -1391,9 +1393,9 @@ class Sm100Config:
     # balanced (sm100_shape_config).
     cluster_pairs: int = 2
     # The TMA warp's way to a record's first load, lean: each worker's row of the offsets table also
-    # holds its first record, so the CTA reads it with its first and end record in one load issued
+    # holds its first record, so the CTA reads it with its first and end record (one L2 round trip)
     # before the cluster barrier's wait (its first copy then follows that wait and the dependency
-    # wait with no memory read between), and the TMA warp divides a record's fields by shifts. Off:
+    # wait with no memory read between), and the TMA warp's loop divides a record's fields by shifts. Off:
     # it reads the first record from the record table after the cluster barrier's wait, a dependent
     # L2 round trip (its address needs the row's answer), and divides with Python's floor division.
     lean_walk: bool = True
@@ -2093,7 +2095,8 @@ class Sm100GroupedGemm:
         its weight scales (with cta_group 2: 2-CTA TMA completing on the leader's full barrier) and
         the token scales (with multicast: its share, sent to every CTA of the cluster). Waits on:
         the stage's empty barrier (signalled by the commit of each pair's leader that reads it).
-        Signals: the leader's full barrier (expect-tx)."""
+        Signals: the leader's full barrier (expect-tx). first_record: with lean_walk, the LOAD_FIELDS
+        of the worker's first record, from its row of the offsets table (else None)."""
         tAsA, tAgA, tAsSFA, tAgSFA, tBsSFB, tBgSFB, token_parts = self._load_partitions(
             weight_atoms, token_atoms, weight_sf_atoms, token_sf_atoms, coords, smem, cta_coord_vmnk, cta_coord_sfb_vmnk
         )
@@ -2127,8 +2130,9 @@ class Sm100GroupedGemm:
                 first = (g, record_n0, t0, variant_index, k_end)
                 if cutlass.const_expr(not self.config.lean_walk):
                     first = tuple(tiles[begin, field] for field in LOAD_FIELDS[:5])
+                warm_k_tiles = cutlass.min(tiles_of(first[4], K_TILE, self.config.lean_walk), args.self_warm_k_tiles)
                 self._prefetch_record(
-                    first[:4], pair_rows, cutlass.min(tiles_of(first[4], K_TILE, self.config.lean_walk), args.self_warm_k_tiles), True, True,
+                    first[:4], pair_rows, warm_k_tiles, True, True,
                     (tAgA, tAgSFA, tBgSFB, [part[1] for part in token_parts]),
                     (weight_atoms, weight_sf_atoms, token_sf_atoms, token_atoms),
                 )
@@ -2148,7 +2152,10 @@ class Sm100GroupedGemm:
                 g, record_n0, t0, variant_index, k_end, sole, k_begin = (tiles[t, field] for field in LOAD_FIELDS)
             n0 = record_n0 + pair_rows
             # The record's first and end k-tile (a whole tile's first is 0 at compile time: its loop as before).
-            k_tiles = (tiles_of(k_begin, K_TILE, self.config.lean_walk) if cutlass.const_expr(self.config.jobs == "stream") else 0, tiles_of(k_end, K_TILE, self.config.lean_walk))
+            k_tiles = (
+                tiles_of(k_begin, K_TILE, self.config.lean_walk) if cutlass.const_expr(self.config.jobs == "stream") else 0,
+                tiles_of(k_end, K_TILE, self.config.lean_walk),
+            )
             read_weights = None
             if cutlass.const_expr(self.config.l2_hints):
                 # The last tile of a weight block's sole reader streams it evict-first; other tiles

@@ -220,22 +220,20 @@ def test_a_cluster_defect_is_caught(tmp_path, good, bad, verdicts):
     assert rc != 0 and verdict.split()[0] in verdicts, out[-3000:]
 
 
-# Two records per pair at 2 workers, neighbouring weight blocks of one 40-token tile: a worker's records differ in
-# n0 only (tests/test_schedule.py checks it).
-LEAN_SPEC = "m: [40]; n: [1024]; k: [512]; g: 1; seed: 51"
+# lean_walk's shapes (tests/test_schedule.py checks them): at 2 workers each pair runs two records of one 40-token
+# tile on neighbouring weight blocks (they differ in n0); at 1 worker the pair runs the two 128-token tiles of one
+# weight block (they differ in t0).
+LEAN_SPECS = {2: "m: [40]; n: [1024]; k: [512]; g: 1; seed: 51", 1: "m: [256]; n: [256]; k: [512]; g: 1; seed: 52"}
 
 
-@pytest.mark.parametrize("config, planted, verdict", [
-    ("shipped", False, "PASS"),
-    ("shipped", True, "FAIL"),
-    ("shipped,lean_walk=off", True, "PASS"),
-])
-def test_the_first_record_comes_from_the_workers_row(tmp_path, config, planted, verdict):
+@pytest.mark.parametrize("workers, planted, verdict", [(2, False, "PASS"), (2, True, "FAIL"), (1, True, "FAIL")])
+def test_the_first_record_comes_from_the_workers_row(tmp_path, workers, planted, verdict):
     """lean_walk: the TMA warp takes its first record from the worker's row of the offsets table, and every later
-    one from the record table. Planted in a copy of submission.py: the host copies each worker's second record
-    into its row, so the TMA warp loads the next weight block's weights for the first record, which the MMA and
-    epilogue warps (reading the table) compute and store as the first block's: FAIL. With lean_walk off the
-    kernel reads no copy (its rows are two wide), and the same plant changes nothing: PASS, races=0."""
+    one from the record table. Unplanted: PASS, races=0. Planted in a copy of submission.py: the host copies each
+    worker's second record into its row, so the TMA warp loads the next weight block's weights (2 workers) or the
+    next token tile's tokens (1 worker) for the first record, which the MMA and epilogue warps (reading the table)
+    compute and store as the first record's: FAIL. (With lean_walk off the host writes no copy: the rows are two
+    wide, and test_each_switch_flipped_from_shipped runs that kernel.)"""
     source = (ROOT / "submission.py").read_text()
     good = "(list(records[row[0]]) if row[0] < row[1]"
     assert source.count(good) == 1
@@ -243,7 +241,8 @@ def test_the_first_record_comes_from_the_workers_row(tmp_path, config, planted, 
     if planted:
         path = tmp_path / "submission.py"
         path.write_text(source.replace(good, "(list(records[row[0] + 1]) if row[0] < row[1]"))
-    rc, line, out = emulate(config, [LEAN_SPEC], mode="adversarial", seed=51, workers=2, submission=path)
+    rc, line, out = emulate("shipped", [LEAN_SPECS[workers]], mode="adversarial", seed=51, workers=workers,
+                            submission=path)
     assert line.split()[0] == verdict and (rc == 0) == (verdict == "PASS"), out[-3000:]
     if verdict == "PASS":
         assert "races=0" in line, out[-3000:]

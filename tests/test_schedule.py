@@ -458,28 +458,36 @@ def test_the_schedule_takes_the_drivers_cluster_count():
 
 @pytest.mark.parametrize("name", ["benchmarks0", "benchmarks1", "benchmarks2", "benchmarks3"])
 def test_b200_workers_rows_carry_their_first_record(name):
-    """lean_walk: a worker's row of the offsets table is its first and end record and a copy of its first record
-    (zeros where it has none: the warmers), WORKER_ROW int32 wide; without lean_walk the two offsets alone."""
+    """lean_walk: as launched, a worker's row of the offsets table is its first and end record, a copy of its
+    first record (zeros where it has none: the warmers, launched first) and zero padding, WORKER_ROW int32 wide;
+    without lean_walk the two offsets alone."""
     sizes = SHAPES[name]
     config = submission.sm100_shape_config(sizes, 74, submission.SM100_SHIPPED, 37)
+    workers = 74 // config.cluster_pairs
     records, offsets = submission.sm100_schedule(sizes, 74, config, 37)
-    offsets = [[0, 0]] * 3 + offsets  # as the launch puts its warmers first
+    warmers, _ = submission.warm_l2_plan(sizes, len(offsets), workers, config)
+    assert warmers == {"benchmarks2": 7, "benchmarks3": 5}.get(name, 0)
+    offsets = [[0, 0]] * warmers + offsets
     rows = submission.worker_rows(records, offsets, True)
-    assert all(len(row) == submission.WORKER_ROW for row in rows)
-    for row, (first, end) in zip(rows, offsets):
-        assert row[:2] == [first, end]
-        copy = row[2:2 + len(submission.RECORD_FIELDS)]
-        assert copy == (list(records[first]) if first < end else [0] * len(submission.RECORD_FIELDS))
-    assert submission.worker_rows(records, offsets, False) == [list(row) for row in offsets]
+    fields = len(submission.RECORD_FIELDS)
+    for row, (first, end) in zip(rows, offsets, strict=True):
+        assert len(row) == submission.WORKER_ROW and row[:2] == [first, end]
+        assert tuple(row[2:2 + fields]) == (tuple(records[first]) if first < end else (0,) * fields)
+        assert row[2 + fields:] == [0] * (submission.WORKER_ROW - 2 - fields)
+    assert submission.worker_rows(records, offsets, False) == [[first, end] for first, end in offsets]
 
 
-def test_the_lean_walk_shape_gives_a_pair_two_neighbouring_blocks():
-    """tests/test_emulator_submission.py's LEAN_SPEC at 2 workers: each pair runs two records of one token tile on
-    different weight blocks, so a row carrying the second record in place of the first loads other weights."""
-    sizes = [(40, 1024, 512)]
-    config = submission.sm100_shape_config(sizes, 2, submission.SM100_SHIPPED, 1)
-    records, offsets = submission.sm100_schedule(sizes, 2, config, 1)
+@pytest.mark.parametrize("workers, differ", [(2, 1), (1, 2)])
+def test_the_lean_walk_shapes_give_a_pair_two_records_that_differ_where_the_tma_warp_looks(workers, differ):
+    """tests/test_emulator_submission.py's LEAN_SPECS: each pair runs two records that differ in n0 (field 1: two
+    weight blocks, at 2 workers) or t0 (field 2: two token tiles, at 1 worker), so a row carrying the second
+    record in place of the first makes the TMA warp load other weights or other tokens."""
+    sizes = {2: [(40, 1024, 512)], 1: [(256, 256, 512)]}[workers]
+    config = submission.sm100_shape_config(sizes, workers, submission.SM100_SHIPPED, workers // 2)
+    assert config.cluster_pairs == 1
+    records, offsets = submission.sm100_schedule(sizes, workers, config)
+    assert len(offsets) == workers
     for first, end in offsets:
         assert end - first == 2
         one, two = records[first], records[first + 1]
-        assert one[1] != two[1] and one[:1] + one[2:] == two[:1] + two[2:]
+        assert one[differ] != two[differ] and one[0] == two[0] and one[3] == two[3] and one[6] == two[6]
