@@ -886,6 +886,11 @@ WORKER_ROW = 16
 LOAD_FIELDS = (0, 1, 2, 3, 6, 7, 8)
 
 
+def _load_fields(tiles, t) -> tuple:
+    """The LOAD_FIELDS of record t of the kernel's record table."""
+    return tuple(tiles[t, field] for field in LOAD_FIELDS)
+
+
 def worker_rows(records, offsets, lean_walk: bool) -> list:
     """The offsets table as the B200 kernel reads it: per worker its (first, end) record and, with
     lean_walk, a copy of its first record (zeros for a worker without records), WORKER_ROW int32 each."""
@@ -2147,9 +2152,9 @@ class Sm100GroupedGemm:
         for t in range(begin, end):
             if cutlass.const_expr(self.config.lean_walk):
                 if t != begin:  # the first came with the worker's row
-                    g, record_n0, t0, variant_index, k_end, sole, k_begin = (tiles[t, field] for field in LOAD_FIELDS)
+                    g, record_n0, t0, variant_index, k_end, sole, k_begin = _load_fields(tiles, t)
             else:
-                g, record_n0, t0, variant_index, k_end, sole, k_begin = (tiles[t, field] for field in LOAD_FIELDS)
+                g, record_n0, t0, variant_index, k_end, sole, k_begin = _load_fields(tiles, t)
             n0 = record_n0 + pair_rows
             # The record's first and end k-tile (a whole tile's first is 0 at compile time: its loop as before).
             k_tiles = (
