@@ -79,8 +79,8 @@ def missing(message: str):
 
 
 def require_nvidia_example():
-    """NVIDIA's example (emulator/nvidia.py's ground truth), or `missing` with what is needed."""
-    from emulator.nvidia import ExampleNotFound, example_path
+    """NVIDIA's example (groundtruth/nvidia.py's ground truth), or `missing` with what is needed."""
+    from groundtruth.nvidia import ExampleNotFound, example_path
 
     try:
         return example_path()

@@ -21,7 +21,7 @@ def test_a_launch_is_recorded_with_the_dsls_own_parameters(nvidia_example):
 import struct
 from emulator import driver
 driver.install()
-from emulator.nvidia import NvidiaExample
+from groundtruth.nvidia import NvidiaExample
 ex = NvidiaExample((256, 128), (2, 1), 512, 384, 1024, max_active_clusters=1)
 driver.take_launches()
 ex.compiled(*ex.args)

@@ -1,4 +1,4 @@
-"""The emulator on a second ground truth: FlashInfer's masked grouped NVFP4 GEMM (emulator/flashinfer.py), run
+"""The emulator on a second ground truth: FlashInfer's masked grouped NVFP4 GEMM (groundtruth/flashinfer.py), run
 through `tools/emulate.py flashinfer` against the exact reference, and a bug from the field.
 
 Each DSL version has its FlashInfer (requirements-test.txt): 0.6.7.post3 beside nvidia-cutlass-dsl 4.3.5,

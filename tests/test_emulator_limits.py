@@ -115,7 +115,7 @@ import sys
 sys.path.insert(0, {root!r})
 from emulator import driver
 driver.install()
-from emulator.nvidia import NvidiaExample
+from groundtruth.nvidia import NvidiaExample
 from emulator.limits import cubin_resources
 example = NvidiaExample((256, 128), (2, 1), 256, 256, 256, max_active_clusters=1)
 driver.take_launches()

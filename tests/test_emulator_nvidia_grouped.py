@@ -1,5 +1,5 @@
 """The emulator on NVIDIA's grouped block-scaled GEMM (CUTLASS v4.5.0's `grouped_blockscaled_gemm.py`, from
-flashinfer-python 0.6.17's wheel; emulator/nvidia_grouped.py), run through `tools/emulate.py nvidia-grouped`
+flashinfer-python 0.6.17's wheel; groundtruth/nvidia_grouped.py), run through `tools/emulate.py nvidia-grouped`
 against the exact reference. The kernel patches its TMA descriptors on the device (emulator/isa/tensormap.py):
 a PASS means every group's A, B, SFA, SFB and C were read and written through maps the kernel rewrote.
 

@@ -9,7 +9,7 @@ import pytest
 from _pytest.outcomes import Failed, Skipped
 
 import conftest
-from emulator import nvidia
+from groundtruth import nvidia
 
 
 @pytest.fixture

@@ -38,9 +38,9 @@ per benchmark and `geomean ours X us, flashinfer Y us` last.
 `nvidia` runs NVIDIA's dense_blockscaled_gemm_persistent.py (torch's copy of the CUTLASS v4.3.5 example) on
 random FP4 data and random e4m3 scales; `nvidia-grouped` runs NVIDIA's grouped_blockscaled_gemm.py (CUTLASS
 v4.5.0's, from flashinfer-python 0.6.17's wheel; nvidia-cutlass-dsl 4.5.2) on G groups, one --mnk per group
-(one: the same for all), through the example's own host set-up (emulator/nvidia_grouped.py); `flashinfer`
+(one: the same for all), through the example's own host set-up (groundtruth/nvidia_grouped.py); `flashinfer`
 runs FlashInfer's masked grouped NVFP4 GEMM (the flashinfer-python installed beside this DSL,
-emulator/flashinfer.py) on G groups of N x K weights with masked_m valid rows each (one value: the same for
+groundtruth/flashinfer.py) on G groups of N x K weights with masked_m valid rows each (one value: the same for
 every group), masked_m registered as exactly its G elements (--masked-m-slack E: E elements more); `submission` runs submission.py's B200 kernel through its real host
 path (plan, schedule tables, LaunchArgs, CompiledLaunch) on the board's inputs for SPEC, with c poisoned and
 guard rows around each c. `--clusters` / `--workers` set how many clusters (pairs) the persistent grid has.
@@ -258,7 +258,7 @@ def figures(errors, stats, seconds, races: bool = False) -> str:
 def run_nvidia(args, emulator) -> tuple:
     import torch
 
-    from emulator.nvidia import NvidiaExample
+    from groundtruth.nvidia import NvidiaExample
 
     m, n, k = args.mnk
     example = NvidiaExample(tuple(args.mma_tiler), tuple(args.cluster), m, n, k, seed=args.seed,
@@ -292,7 +292,7 @@ def run_calls(emu, emulator, calls: list):
 
 
 def run_nvidia_grouped(args, emulator) -> tuple:
-    from emulator.nvidia_grouped import NvidiaGrouped
+    from groundtruth.nvidia_grouped import NvidiaGrouped
 
     problems = args.mnk * args.groups if len(args.mnk) == 1 else args.mnk
     if len(problems) != args.groups or any(len(p) != 3 for p in problems):
@@ -318,7 +318,7 @@ def merge_verdicts(verdicts: list) -> tuple:
 
 
 def run_flashinfer(args, emulator) -> tuple:
-    from emulator.flashinfer import FlashInferMasked
+    from groundtruth.flashinfer import FlashInferMasked
 
     masked_m = args.masked_m * args.groups if len(args.masked_m) == 1 else args.masked_m
     if len(masked_m) != args.groups:
@@ -587,7 +587,7 @@ def run_benchmarks(args, emulator) -> tuple:
 def flashinfer_benchmark(entry: dict, args, emulator) -> tuple:
     """One task.yml benchmark on FlashInfer's masked kernel in its padded layout (every benchmark's groups
     share N and K: masked_m is the M list), its default tactic (128x128 tile, 1x1 cluster) on all 148 SMs."""
-    from emulator.flashinfer import FlashInferMasked
+    from groundtruth.flashinfer import FlashInferMasked
 
     if len(set(entry["n"])) != 1 or len(set(entry["k"])) != 1:
         raise ValueError("benchmarks --kernel flashinfer: FlashInfer's layout needs one N and K for every group")
@@ -827,7 +827,7 @@ def main(argv=None) -> int:
         return verdict("RACE", f"{e} seconds={time.perf_counter() - start:.1f}")
     except emulator.EmulatorError as e:
         return verdict("ERROR", f"{e} seconds={time.perf_counter() - start:.1f}")
-    except (FileNotFoundError, ImportError) as e:  # NVIDIA's example not found (emulator/nvidia.py says where it is looked for), flashinfer-python not installed
+    except (FileNotFoundError, ImportError) as e:  # NVIDIA's example not found (groundtruth/nvidia.py says where it is looked for), flashinfer-python not installed
         return verdict("ERROR", f"setup: {e}")
     except ValueError as e:  # a configuration text or spec that does not parse, a shape the kernel refuses
         print(f"emulate.py: {e}", flush=True)

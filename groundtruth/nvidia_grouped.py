@@ -38,7 +38,7 @@ class ExampleNotFound(FileNotFoundError):
 
 
 def example_path() -> Path:
-    """The grouped example beside wherever emulator/nvidia.py looks for the dense one (FlashInfer's wheel)."""
+    """The grouped example beside wherever groundtruth/nvidia.py looks for the dense one (FlashInfer's wheel)."""
     for dense in example_candidates():
         path = dense.parent / EXAMPLE
         if path.is_file():
