@@ -88,24 +88,18 @@ from submission import (
     asm,
     build_tile_schedule,
     CompiledLaunch,
-    count_in,
     gmem_matrix,
     group_tma_desc,
     ir_i32,
     LaunchArgs,
     LaunchArgsView,
-    load_f32x4,
     pack_f16x2,
-    partial_scratch,
     RECORD_FIELDS,
-    reset_count,
     row_pair_word,
     ScheduleShape,
     select_by_group,
     SF_BLOCK_BYTES,  # one 128-row x 4-column block of the blocked scale layout = one k-tile here
-    store_f32x4,
     store_words_if,
-    STREAM_MAX_PARTS,
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -146,11 +140,6 @@ CONSUMER_REGS = 232
 PREP_THREADS = 128  # pre-pass: one (row, 64-k tile) unit per thread
 EPILOGUE_SCALE = 16384.0  # 2^14 undoes the 2^-7 carried by each fp16 operand
 CONSUMER_THREADS = 256
-CONSUMER_WARPS = CONSUMER_THREADS // 32
-# Stream-K (SCHEDULE.jobs == "stream"): a cut tile's part stores each consumer thread's fp32
-# accumulator (up to MAX_TOKENS // 2 values) in its slot, ordered (value // 4, thread, value % 4) so
-# a warp's 16-byte accesses are 512 contiguous bytes.
-PARTIAL_SLOT_BYTES = CONSUMER_THREADS * (MAX_TOKENS // 2) * 4
 
 
 # ---------------------------------------------------------------------------------------------
@@ -431,9 +420,9 @@ class _Storage:
 
 
 @cute.jit
-def _consume_tile(n_tok, c, tile, pw, pt, st, split):
-    """Mainloop + epilogue of one record (a tile, or with `split` a part of a cut tile: k_begin ..
-    k_end) with wgmma N = n_tok; st carries the pipeline states."""
+def _consume_tile(n_tok, c, tile, pw, pt, st):
+    """Mainloop + epilogue of one record (a tile over its whole K) with wgmma N = n_tok; st carries
+    the pipeline states."""
     tiled_mma = _tiled_mma(n_tok)
     thr_mma = tiled_mma.get_slice(c.wg_tid)
     acc = cute.make_rmem_tensor(
@@ -450,7 +439,7 @@ def _consume_tile(n_tok, c, tile, pw, pt, st, split):
     w_read, t_read, t_release = st
 
     # Two A fragments alternate so the dequantization of k-tile i+1 overlaps wgmma i.
-    for kt2 in range((tile.k_end - tile.k_begin) // (2 * TILE_K)):
+    for kt2 in range(tile.k_end // (2 * TILE_K)):
         for par in cutlass.range_constexpr(2):
             # Weights -> wgmma A fragments.  Thread (g, q) of warp w holds rows r = 16w + g and
             # r + 8, k pairs 2q, 2q+1 and 2q+8, 2q+9 of each k16 block: those are fed from
@@ -490,45 +479,8 @@ def _consume_tile(n_tok, c, tile, pw, pt, st, split):
     pt.consumer_release(t_release)
     t_release.advance()
 
-    if cutlass.const_expr(split):
-        if tile.parts > 1:
-            # A part of a cut tile: its partial to its slot; the part that counts in last sums
-            # every slot in part order into acc (the same sum whichever finished last) and stores.
-            _store_partial(acc, n_tok, c, tile, tile.part)
-            counter = tile.partial_counts + (cutlass.Int64(tile.first_slot) * CONSUMER_WARPS + c.wg * 4 + c.warp) * 4
-            if count_in(counter, c.lane) == tile.parts - 1:
-                acc.fill(0.0)
-                for part in cutlass.range_constexpr(STREAM_MAX_PARTS):
-                    if part < tile.parts:
-                        _add_partial(acc, n_tok, c, tile, part)
-                _store_c(acc, n_tok, c, tile)
-                reset_count(counter, c.lane)
-        else:
-            _store_c(acc, n_tok, c, tile)
-    else:
-        _store_c(acc, n_tok, c, tile)
+    _store_c(acc, n_tok, c, tile)
     return w_read, t_read, t_release
-
-
-def _partial_address(c, tile, part, quad):
-    """This thread's 4 accumulator values 4 * quad .. + 3 in the slot of `part` of the cut tile."""
-    thread = c.wg * 128 + c.wg_tid
-    slot = cutlass.Int64(tile.first_slot + part) * PARTIAL_SLOT_BYTES
-    return tile.workspace + slot + (quad * CONSUMER_THREADS + thread) * 16
-
-
-@cute.jit
-def _store_partial(acc, n_tok, c, tile, part):
-    for quad in cutlass.range_constexpr(n_tok // 8):
-        store_f32x4(_partial_address(c, tile, part, quad), [acc[4 * quad + i] for i in range(4)])
-
-
-@cute.jit
-def _add_partial(acc, n_tok, c, tile, part):
-    for quad in cutlass.range_constexpr(n_tok // 8):
-        values = load_f32x4(_partial_address(c, tile, part, quad))
-        for i in cutlass.range_constexpr(4):
-            acc[4 * quad + i] = acc[4 * quad + i] + values[i]
 
 
 @cute.jit
@@ -552,13 +504,8 @@ def _store_c(acc, n_tok, c, tile):
         addr = addr + step
 
 
-def _k_tiles(tiles, t, split):
-    """Record t's first and end k-tile (without `split` every record runs its whole K from 0)."""
-    return (tiles[t, 8] // TILE_K if cutlass.const_expr(split) else 0), tiles[t, 6] // TILE_K
-
-
 @cute.jit
-def _produce_weights(w_atoms, tma_w, args, tiles, tile_begin, tile_end, pw, smem, split):
+def _produce_weights(w_atoms, tma_w, args, tiles, tile_begin, tile_end, pw, smem):
     """Warp 0: per k-tile, TMA the 128-row FP4 weight tile and bulk-copy its scale block (in the
     128x4 blocked layout, 128 rows x one 64-k tile is one contiguous 512-byte run).  The TMA
     coordinates come from group 0's tensor; the group's own descriptor (a kernel parameter) bounds
@@ -571,11 +518,10 @@ def _produce_weights(w_atoms, tma_w, args, tiles, tile_begin, tile_end, pw, smem
     for t in range(tile_begin, tile_end):
         g = tiles[t, 0]
         n0 = tiles[t, 1]
-        first, end = _k_tiles(tiles, t, split)
-        k_tiles = select_by_group(g, args.k) // TILE_K if cutlass.const_expr(split) else end  # the group's
+        k_tiles = tiles[t, 6] // TILE_K
         desc = group_tma_desc(g, w_atoms)
         scales = select_by_group(g, args.sfb)
-        for kt in range(first, end):
+        for kt in range(0, k_tiles):
             pw.producer_acquire(state)
             bar = pw.producer_get_barrier(state)
             cute.copy(
@@ -597,7 +543,7 @@ def _produce_weights(w_atoms, tma_w, args, tiles, tile_begin, tile_end, pw, smem
 
 
 @cute.jit
-def _produce_tokens(box_atoms, sub_atoms, tmas, tiles, tile_begin, tile_end, pt, smem, split):
+def _produce_tokens(box_atoms, sub_atoms, tmas, tiles, tile_begin, tile_end, pt, smem):
     """Warp 1: per k-tile, TMA the tile's fp16 tokens: its wgmma N rows as 64-row boxes, then 16-row
     boxes (rows past M are zero-filled).  The transaction size depends on the tile, so this
     arrives on the full barrier itself instead of through PipelineTmaAsync's producer_acquire."""
@@ -619,14 +565,14 @@ def _produce_tokens(box_atoms, sub_atoms, tmas, tiles, tile_begin, tile_end, pt,
     for t in range(tile_begin, tile_end):
         g = tiles[t, 0]
         t0 = tiles[t, 2]
-        first, end = _k_tiles(tiles, t, split)
+        k_tiles = tiles[t, 6] // TILE_K
         rows = (tiles[t, 4] - t0 + TOKEN_STEP - 1) // TOKEN_STEP * TOKEN_STEP  # the wgmma N
         boxes = rows // TOKEN_BOX_ROWS
         subboxes = (rows - boxes * TOKEN_BOX_ROWS) // TOKEN_SUBBOX_ROWS
         sub0 = (t0 + boxes * TOKEN_BOX_ROWS) // TOKEN_SUBBOX_ROWS  # first 16-row box in gmem
         desc_box = group_tma_desc(g, box_atoms)
         desc_sub = group_tma_desc(g, sub_atoms)
-        for kt in range(first, end):
+        for kt in range(0, k_tiles):
             pt.sync_object_empty.wait(state.index, state.phase)
             bar = pt.producer_get_barrier(state)
             with cute.arch.elect_one():
@@ -652,7 +598,7 @@ def _produce_tokens(box_atoms, sub_atoms, tmas, tiles, tile_begin, tile_end, pt,
 
 
 @cute.jit
-def _consume(args, tiles, cta_tiles, bidx, pw, pt, smem, tidx, wg, split):
+def _consume(args, tiles, cta_tiles, bidx, pw, pt, smem, tidx, wg):
     """Consumer warpgroups: walk the CTA's tiles, one loop per wgmma N variant.
 
     The CTA's tiles are sorted by variant, so each variant is a separate loop rather than a
@@ -692,16 +638,10 @@ def _consume(args, tiles, cta_tiles, bidx, pw, pt, smem, tidx, wg, split):
                 t0=tiles[t, 2],
                 m_end=tiles[t, 4],
                 n=tiles[t, 5],
-                k_begin=tiles[t, 8] if cutlass.const_expr(split) else 0,
                 k_end=tiles[t, 6],
-                parts=tiles[t, 9],
-                part=tiles[t, 10],
-                first_slot=tiles[t, 11],
-                workspace=args.workspace,
-                partial_counts=args.partial_counts,
                 c_ptr=select_by_group(tiles[t, 0], args.c),
             )
-            st = _consume_tile(VARIANTS[vi], c, tile, pw, pt, st, split)
+            st = _consume_tile(VARIANTS[vi], c, tile, pw, pt, st)
 
 
 @cute.kernel
@@ -713,7 +653,6 @@ def _gemm_kernel(
     sub_atoms: tuple,
     tma_sub: cute.Tensor,
     args: LaunchArgsView,
-    split: cutlass.Constexpr,
 ):
     """The persistent GEMM.  w_atoms, box_atoms, sub_atoms: one TMA atom per group (weights, 64-row
     and 16-row token boxes); tma_*: group 0's coordinate tensors, used for every group."""
@@ -765,16 +704,16 @@ def _gemm_kernel(
     if warp_idx < 4:
         cute.arch.warpgroup_reg_dealloc(PRODUCER_REGS)
         if warp_idx == 0:
-            _produce_weights(w_atoms, tma_w, args, tiles, tile_begin, tile_end, pw, smem, split)
+            _produce_weights(w_atoms, tma_w, args, tiles, tile_begin, tile_end, pw, smem)
         if warp_idx == 1:
-            _produce_tokens(box_atoms, sub_atoms, (tma_box, tma_sub), tiles, tile_begin, tile_end, pt, smem, split)
+            _produce_tokens(box_atoms, sub_atoms, (tma_box, tma_sub), tiles, tile_begin, tile_end, pt, smem)
     else:
         cute.arch.warpgroup_reg_alloc(CONSUMER_REGS)
-        _consume(args, tiles, cta_tiles, bidx, pw, pt, smem, tidx, warp_idx // 4 - 1, split)
+        _consume(args, tiles, cta_tiles, bidx, pw, pt, smem, tidx, warp_idx // 4 - 1)
 
 
 @cute.jit
-def _launch(args: LaunchArgs, pdl: cutlass.Constexpr, split: cutlass.Constexpr):
+def _launch(args: LaunchArgs, pdl: cutlass.Constexpr):
     """Token pre-pass, then the GEMM (with `pdl`, programmatic dependent launch; without it the
     GEMM starts after the pre-pass ends, and its griddepcontrol.wait returns at once).  The TMA
     descriptors of every group are encoded here, in the generated host code, at each launch:
@@ -795,7 +734,7 @@ def _launch(args: LaunchArgs, pdl: cutlass.Constexpr, split: cutlass.Constexpr):
         stream=args.stream,
     )
     tma_w, tma_box, tma_sub = tmas[0]
-    _gemm_kernel(tuple(w_atoms), tma_w, tuple(box_atoms), tma_box, tuple(sub_atoms), tma_sub, args, split).launch(
+    _gemm_kernel(tuple(w_atoms), tma_w, tuple(box_atoms), tma_box, tuple(sub_atoms), tma_sub, args).launch(
         grid=(args.num_ctas, 1, 1),
         block=(NUM_THREADS, 1, 1),
         smem=_Storage.size_in_bytes(),
@@ -818,7 +757,6 @@ SCHEDULE = ScheduleShape(
     balance_floor=BALANCE_FLOOR,
     group_by_variant=True,
     jobs="tiles",
-    k_step=2 * TILE_K,  # a consumer's k-loop runs k-tiles in pairs
 )
 
 _compiled = {}
@@ -828,20 +766,20 @@ def _launch_args(num_groups):
     return LaunchArgs(
         num_groups,
         group_addresses=("tokens",),
-        addresses=("tiles", "cta_tiles", "workspace", "partial_counts"),
+        addresses=("tiles", "cta_tiles"),
         integers=("num_tiles", "num_ctas", "prep_blocks"),
     )
 
 
-def compile_sm90(num_groups, pdl=True, split=False):
+def compile_sm90(num_groups, pdl=True):
     """The compiled pre-pass + GEMM for `num_groups` groups (the per-group descriptors are kernel
     parameters, so the group count is part of the kernel); works without a GPU with
     CUTE_DSL_ARCH=sm_90a up to the cubin.  `pdl`: the GEMM launched with programmatic dependent
     launch on the pre-pass (Sm100Config.pdl, the one switch of submission's configuration with a
-    Hopper counterpart); `split`: the epilogue of stream-K parts (SCHEDULE.jobs == "stream")."""
-    key = (num_groups, bool(pdl), bool(split))
+    Hopper counterpart)."""
+    key = (num_groups, bool(pdl))
     if key not in _compiled:
-        _compiled[key] = cute.compile(_launch, _launch_args(num_groups), bool(pdl), bool(split))
+        _compiled[key] = cute.compile(_launch, _launch_args(num_groups), bool(pdl))
     return _compiled[key]
 
 
@@ -872,12 +810,6 @@ def make_sm90_launch(sizes, device, config):
     args.set("num_tiles", len(records))
     args.set("num_ctas", len(offsets))
     args.set("prep_blocks", max(-(-m * (k // TILE_K) // PREP_THREADS) for m, _, k in sizes))
-    workspace, partial_counts = partial_scratch(records, PARTIAL_SLOT_BYTES, CONSUMER_WARPS, device)
-    args.set("workspace", workspace.data_ptr())
-    args.set("partial_counts", partial_counts.data_ptr())
     # One scratch per plan: submission.ShapePlan makes a call on another stream wait for the
     # previous call's kernels before this launch can overwrite the tokens they read.
-    split = SCHEDULE.jobs == "stream"
-    return CompiledLaunch(
-        compile_sm90(len(sizes), config.pdl, split), args, buffers=(tiles, cta_tiles, scratch, workspace, partial_counts)
-    )
+    return CompiledLaunch(compile_sm90(len(sizes), config.pdl), args, buffers=(tiles, cta_tiles, scratch))

@@ -334,7 +334,6 @@ import operator
 import threading
 import dataclasses
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Callable, NamedTuple
 
 import torch
@@ -436,18 +435,8 @@ def validate_inputs(data) -> tuple:
 # Tile schedule, shared by both kernels (pure Python: built once per shape signature)
 # --------------------------------------------------------------------------------------------------
 
-RECORD_FIELDS = (
-    "group", "n0", "t0", "variant", "m_end", "n", "k_end", "sole_reader_ends", "k_begin", "parts", "part", "first_slot",
-)  # one int32 each
-JOB_POLICIES = ("tiles", "weight_blocks", "hybrid", "stream")
-STREAM_MAX_PARTS = 4
-# Stream-K cuts tiles only where that lowers the modeled makespan by this much: a part costs its
-# partial's round trip through L2 on top of its k-steps, which the model leaves out. Timed emulator,
-# B200 description (2026-11-25, BENCHMARKS.md): benchmark 3 cut for a modeled 12.5% ran 20% slower
-# (6.61 -> 7.90 us), benchmark 1 for 20% the same (DRAM-bound: 25.64 -> 25.45), three tiles of K 7-8k
-# on 74 pairs 19% faster (9.54 -> 7.73).
-STREAM_MIN_GAIN = 0.25
-WHOLE_K = (0, 1, 0, -1)  # k_begin, parts, part, first_slot of a record that runs its tile's whole K
+RECORD_FIELDS = ("group", "n0", "t0", "variant", "m_end", "n", "k_end", "sole_reader_ends")  # one int32 each
+JOB_POLICIES = ("tiles", "weight_blocks", "hybrid")
 
 
 @dataclass(frozen=True)
@@ -461,14 +450,9 @@ class ScheduleShape:
     balance_floor: float  # measured ratio busiest / mean worker that no balancing beats
     group_by_variant: bool  # a worker's tiles sorted by variant, one offset per variant (Hopper)
     # What one worker runs back to back: "tiles" (every tile its own job), "weight_blocks" (a
-    # weight block's token tiles, so its later tiles find the weights in L2), "hybrid" (weight
-    # blocks, the costliest split into their tiles until there are as many jobs as workers), or
-    # "stream" (stream-K: the tiles' k-steps dealt out in equal shares, a tile cut where a share
-    # ends, its parts summed in a fixed order: _stream_shares).
+    # weight block's token tiles, so its later tiles find the weights in L2) or "hybrid" (weight
+    # blocks, the costliest split into their tiles until there are as many jobs as workers).
     jobs: str
-    k_step: int = 256  # the kernel's k-tile: a stream-K cut falls on a multiple of it
-    min_part_k: int = 512  # no stream-K part is shorter: a cut closer to another or to a tile's end is dropped
-    max_parts: int = STREAM_MAX_PARTS  # stream-K parts per tile at most (the kernels sum that many slots, unrolled)
     # A token tile starts at a multiple of its variant's width (the B200 kernel finds a tile's token
     # box by t0 // width): a sliver joins the tile before it only where that tile stays aligned.
     aligned_tiles: bool = False
@@ -563,90 +547,18 @@ def _split_jobs(blocks, num_workers: int):
 
 def _not_sole_reader(tile):
     """The record with sole_reader_ends cleared: other workers read its weight block too."""
-    return tile[:7] + (0,) + tile[8:]
-
-
-def _stream_shares(blocks, num_workers: int, shape: ScheduleShape):
-    """Stream-K: the tiles in block order (group, weight block, t0), each as its k-steps of equal
-    modeled cost, dealt out to the workers in consecutive shares of equal cost; a tile that a share
-    boundary crosses is cut there (on a k_step, no part shorter than min_part_k: a cut closer than
-    that to another cut or to the tile's ends is dropped) and each part goes to the worker whose
-    share holds its middle. Returns (makespan, records per worker).
-
-    A cut tile's records carry parts (its number of parts), part (this one's index in K order) and
-    first_slot (its parts' workspace slots are first_slot .. first_slot + parts - 1): each part
-    writes its fp32 partial to its slot and counts itself in; the part that counts last adds every
-    slot in part order and stores the tile, so the sum and its rounding do not depend on which
-    worker finished last, and no worker ever waits for another."""
-    tiles = [(tile, cost) for _, _, block_tiles, costs in blocks for tile, cost in zip(block_tiles, costs)]
-    share = _added_in_order(cost for _, cost in tiles) / num_workers
-    assigned = [[] for _ in range(num_workers)]
-    loads = [0.0] * num_workers
-    slots = 0
-    start = 0.0  # the tile's first k-step, in cumulative cost
-    for tile, cost in tiles:
-        steps = tile[6] // shape.k_step
-        step_cost = cost / steps
-        min_steps = max(1, shape.min_part_k // shape.k_step)
-        while True:
-            cuts = [0]
-            boundary = (int(start / share) + 1) * share
-            while boundary < start + cost:
-                cut = round((boundary - start) / step_cost)
-                if cut - cuts[-1] >= min_steps and steps - cut >= min_steps:
-                    cuts.append(cut)
-                boundary += share
-            cuts.append(steps)
-            if len(cuts) - 1 <= shape.max_parts:
-                break
-            min_steps = -(-steps // shape.max_parts)  # longer parts, at most max_parts of them
-        parts = []  # (worker, first step, end step), adjacent parts of one worker merged
-        for first, end in zip(cuts, cuts[1:]):
-            worker = min(num_workers - 1, int((start + (first + end) / 2 * step_cost) / share))
-            if parts and parts[-1][0] == worker:
-                parts[-1] = (worker, parts[-1][1], end)
-            else:
-                parts.append((worker, first, end))
-        for index, (worker, first, end) in enumerate(parts):
-            if len(parts) == 1:
-                record = _not_sole_reader(tile)  # the block's other tiles may run on other workers at any time
-            else:
-                k_range = (first * shape.k_step, len(parts), index, slots)
-                record = tile[:6] + (end * shape.k_step, 0) + k_range
-            assigned[worker].append(record)
-            loads[worker] += (end - first) * step_cost
-        if len(parts) > 1:
-            slots += len(parts)
-        start += cost
-    # A worker runs its cut tiles' later parts first, then their first parts (part 0 of a tile is
-    # then the one that usually finishes last and adds the others to its own accumulator), then its
-    # whole tiles: the parts' partials cross L2 while whole tiles keep the tensor pipe busy.
-    order = lambda record: 2 if record[9] == 1 else int(record[10] == 0)
-    return max(loads), [sorted(records, key=order) for records in assigned if records]
-
-
-def partial_scratch(records, slot_bytes: int, counts_per_slot: int, device):
-    """The stream-K scratch of a schedule: a workspace of slot_bytes per slot (the parts' fp32
-    partials) and counts_per_slot zeroed u32 per slot (the parts that counted in, per CTA and
-    warp, indexed by the tile's first slot). Every call's last part sets its counts back to 0. Empty
-    when no tile is cut."""
-    slots = max([r[11] + r[9] for r in records if r[9] > 1], default=0)
-    workspace = torch.empty(slots * slot_bytes, dtype=torch.uint8, device=device)
-    partial_counts = torch.zeros(slots * counts_per_slot, dtype=torch.int32, device=device)
-    return workspace, partial_counts
+    return tile[:7] + (0,)
 
 
 def build_tile_schedule(sizes, num_workers: int, shape: ScheduleShape):
     """The tile records and per-worker offsets of one problem set.
 
     records: list of int32 rows RECORD_FIELDS = (group, n0, t0, variant, m_end, n, k_end,
-    sole_reader_ends, k_begin, parts, part, first_slot): the record computes tokens t0..m_end-1 of
-    `group` against weight rows n0..n0 + weight_rows - 1 (clipped at n) over k_begin..k_end - 1,
-    with token width shape.token_variants[variant]; sole_reader_ends is 1 on the last tile of a
-    weight block whose tiles all run as one job (one worker reads the block, and this tile reads it
-    for the last time: the B200 kernel streams it evict-first), else 0. A record over the whole K
-    has k_begin 0, parts 1, part 0, first_slot -1 (WHOLE_K); a part of a tile cut by the "stream"
-    policy says which part it is and where the parts meet (_stream_shares).
+    sole_reader_ends): the record computes tokens t0..m_end-1 of `group` against weight rows
+    n0..n0 + weight_rows - 1 (clipped at n) over the whole K (k_end), with token width
+    shape.token_variants[variant]; sole_reader_ends is 1 on the last tile of a weight block whose
+    tiles all run as one job (one worker reads the block, and this tile reads it for the last time:
+    the B200 kernel streams it evict-first), else 0.
     offsets: one row per worker. With shape.group_by_variant, worker w runs variant v on records
     [offsets[w][v], offsets[w][v + 1]); otherwise it runs records [offsets[w][0], offsets[w][1]) in
     order. Workers' ranges are contiguous and in worker order.
@@ -661,7 +573,7 @@ def build_tile_schedule(sizes, num_workers: int, shape: ScheduleShape):
             token_tiles = _token_tiles(m, chunk, shape.token_variants, shape.aligned_tiles)
             for n0 in range(0, n, shape.weight_rows):
                 tiles = [
-                    (group, n0, t0, v, m_end, n, k, int(i == len(token_tiles) - 1)) + WHOLE_K
+                    (group, n0, t0, v, m_end, n, k, int(i == len(token_tiles) - 1))
                     for i, (t0, m_end, v) in enumerate(token_tiles)
                 ]
                 costs = [shape.tile_cost(shape.token_variants[v], k) for _, _, v in token_tiles]
@@ -670,7 +582,7 @@ def build_tile_schedule(sizes, num_workers: int, shape: ScheduleShape):
             jobs = [(cost, tiles) for cost, _, tiles, _ in blocks]
         elif shape.jobs == "hybrid":
             jobs = _split_jobs(blocks, num_workers)
-        else:  # every tile its own job ("stream" too, where cutting does not pay): several readers per block
+        else:  # every tile its own job: several readers per block
             jobs = [
                 (cost, [tile if len(tiles) == 1 else _not_sole_reader(tile)])
                 for _, _, tiles, costs in blocks
@@ -679,16 +591,11 @@ def build_tile_schedule(sizes, num_workers: int, shape: ScheduleShape):
         total = _added_in_order(cost for cost, _ in jobs)
         makespan, assigned = _balance(jobs, num_workers)
         makespan = max(makespan, shape.balance_floor * total / len(assigned))
-        if shape.jobs == "stream":
-            cut_makespan, shares = _stream_shares(blocks, num_workers, shape)
-            cut_makespan = max(cut_makespan, shape.balance_floor * total / len(shares))
-            if cut_makespan < (1 - STREAM_MIN_GAIN) * makespan:
-                makespan, assigned = cut_makespan, [[records] for records in shares]  # one job each, in block order
         if best is None or makespan < best[0]:
             best = (makespan, assigned)
     records, offsets = [], []
     for worker_jobs in best[1]:
-        tiles = [tile for job in sorted(worker_jobs) for tile in job]  # by group, weight block, t0, part
+        tiles = [tile for job in sorted(worker_jobs) for tile in job]  # by group, weight block, t0
         row = [len(records)]
         if shape.group_by_variant:
             for v in range(len(shape.token_variants)):
@@ -882,8 +789,8 @@ def group_tma_desc(group, atoms):
 # first record, padded to 64 bytes so that no row straddles two 128-byte lines (torch aligns the
 # table to 512 bytes); without lean_walk a row is the two offsets alone.
 WORKER_ROW = 16
-# The fields of a record the TMA warp reads: group, n0, t0, variant, k_end, sole_reader_ends, k_begin.
-LOAD_FIELDS = (0, 1, 2, 3, 6, 7, 8)
+# The fields of a record the TMA warp reads: group, n0, t0, variant, k_end, sole_reader_ends.
+LOAD_FIELDS = (0, 1, 2, 3, 6, 7)
 
 
 def _load_fields(tiles, t) -> tuple:
@@ -1184,76 +1091,6 @@ def store_words_if(addr, words, rows_left, row: int, spacing: int, *, loc=None, 
     )
 
 
-# Stream-K partials, shared by both kernels: each part of a cut tile stores its fp32 partial in its
-# workspace slot and counts itself in; the part that counts last adds every slot in part order.
-# The count is CUTLASS's semaphore pattern at warp scope: the warp's stores, bar.warp.sync, then one
-# lane's acq_rel atomic (releasing the warp's stores, acquiring those of the parts counted before).
-
-
-@dsl_user_op
-def store_f32x4(address, values, *, loc=None, ip=None):
-    """st.global.v4.f32 of four fp32 values at `address` (16-byte aligned)."""
-    asm(
-        None,
-        [cutlass.Int64(address).ir_value(loc=loc, ip=ip)] + [cutlass.Float32(v).ir_value(loc=loc, ip=ip) for v in values],
-        "st.global.v4.f32 [$0], {$1, $2, $3, $4};",
-        "l,f,f,f,f",
-        True,
-    )
-
-
-@dsl_user_op
-def load_f32x4(address, *, loc=None, ip=None):
-    """ld.global.cg.v4.f32 of four fp32 values at `address`, from L2 (a partial another SM wrote)."""
-    res = asm(
-        llvm.StructType.get_literal([T.f32()] * 4),
-        [cutlass.Int64(address).ir_value(loc=loc, ip=ip)],
-        "ld.global.cg.v4.f32 {$0, $1, $2, $3}, [$4];",
-        "=f,=f,=f,=f,l",
-        True,
-    )
-    return [cutlass.Float32(llvm.extractvalue(T.f32(), res, [i])) for i in range(4)]
-
-
-@dsl_user_op
-def count_in(counter, lane, *, loc=None, ip=None):
-    """The warp counts itself in at `counter` (a global u32): after every lane's earlier stores
-    (bar.warp.sync), lane 0 adds 1 with acq_rel at gpu scope; every lane gets the count before the
-    add (the number of parts of this tile that counted in earlier)."""
-    return cutlass.Int32(
-        asm(
-            T.i32(),
-            [cutlass.Int64(counter).ir_value(loc=loc, ip=ip), ir_i32(lane, loc, ip)],
-            "{\n .reg .pred p;\n .reg .b32 before;\n mov.b32 before, 0;\n bar.warp.sync -1;\n"
-            " setp.eq.s32 p, $2, 0;\n @p atom.acq_rel.gpu.global.add.u32 before, [$1], 1;\n"
-            " shfl.sync.idx.b32 $0, before, 0, 0x1f, 0xffffffff;\n bar.warp.sync -1;\n}",
-            "=r,l,r",
-            True,
-        )
-    )
-
-
-@dsl_user_op
-def peek_count(counter, *, loc=None, ip=None):
-    """The count at `counter`, read with acquire at gpu scope by every lane (the parts that counted
-    in before: their partials are visible after it)."""
-    return cutlass.Int32(
-        asm(T.i32(), [cutlass.Int64(counter).ir_value(loc=loc, ip=ip)], "ld.acquire.gpu.global.u32 $0, [$1];", "=r,l", True)
-    )
-
-
-@dsl_user_op
-def reset_count(counter, lane, *, loc=None, ip=None):
-    """Lane 0 sets `counter` back to 0 for the next call (whose kernel starts after this grid ends)."""
-    asm(
-        None,
-        [cutlass.Int64(counter).ir_value(loc=loc, ip=ip), ir_i32(lane, loc, ip)],
-        "{\n .reg .pred p;\n setp.eq.s32 p, $1, 0;\n @p st.relaxed.gpu.global.u32 [$0], 0;\n}",
-        "l,r",
-        True,
-    )
-
-
 # --------------------------------------------------------------------------------------------------
 # B200 (sm_100a): configuration
 # --------------------------------------------------------------------------------------------------
@@ -1297,16 +1134,13 @@ TMEM_COLUMNS = 512  # 2 accumulators of the widest variant + 16 SFA + 16 SFB col
 # or 2 x 192 + 48, rounded to a power of two
 EPILOGUE_COLUMNS = 32  # tokens per TMEM load (32x32b.x32) in the epilogue
 C_DTYPE = cutlass.Float16
-# epilogue="tma": a warp's TMA store box, its 32 weight rows (TMEM lanes) x EPILOGUE_COLUMNS tokens,
-# staged in shared memory; a stage holds the 4 warps' boxes (8 KB per CTA).
+# epilogue="tma_last": a warp's TMA store box, its 32 weight rows (TMEM lanes) x EPILOGUE_COLUMNS
+# tokens, staged in shared memory; a stage holds the 4 warps' boxes (8 KB per CTA).
 C_WARP_ROWS = 32
 C_STAGE_BYTES = CTA_WEIGHT_ROWS * EPILOGUE_COLUMNS * 2
-C_MIN_STAGES = 2  # as NVIDIA's _compute_stages starts; what the operand stages leave is added
-# The box path of a tile (epilogue "tma", "tma_last") loads at most this many 32-token chunks into
-# registers before storing them: 4 x 32 registers a thread; a 192-token tile goes in two batches.
+# The staged tile loads at most this many 32-token chunks into registers before storing them: 4 x
+# 32 registers a thread; a 192-token tile goes in two batches.
 BOX_BATCH_CHUNKS = 4
-# One CTA's fp32 partial of a cut tile (jobs="stream", whose tiles are at most 128 tokens wide).
-PARTIAL_CTA_BYTES = CTA_WEIGHT_ROWS * TOKEN_CHUNK * 4
 SMEM_BYTES = 232448  # 227 KiB: sm_100's dynamic shared memory per block
 # Besides the stages: the mbarriers and the TMEM address, padded to the stages' 1024-byte alignment,
 # and the 1024 bytes the allocator keeps to align the block's base (measured: the launch asks for
@@ -1326,18 +1160,18 @@ class Barrier(enum.IntEnum):
     TMEM_ALLOC = 2  # the epilogue warps (allocator) and the MMA warp read the TMEM address
 
 
-EPILOGUE_KINDS = ("ptx", "atoms", "tma", "tma_last")
+EPILOGUE_KINDS = ("tma_last", "atoms")
 TOKEN_VARIANT_SETS = ((64, 128), (128,), (64, 128, 192))
 _ON = {"on": True, "true": True, "1": True, "off": False, "false": False, "0": False}
 
 
 @dataclass(frozen=True)
 class Sm100Config:
-    """What the sm_100a kernel is built with. The fields switch the departures from NVIDIA's tested
+    """What the sm_100a kernel is built with. Each field switches one departure from NVIDIA's tested
     dense_blockscaled_gemm_persistent.py (cutlass v4.3.5) on or off, so that a first run that fails
-    can be bisected down to the example's form (SM100_SAFE); the design note's table gives each
-    field's risk (prefetch is on in both named configurations, as in the example; jobs is the host
-    schedule's: SM100_SAFE keeps the hybrid it was tested with). The defaults are SM100_SHIPPED."""
+    can be bisected down to the example's form (SM100_SAFE; tools/check.py). The defaults are
+    SM100_SHIPPED. A combination that cannot run is refused (ValueError naming the switches), never
+    rewritten: NEEDS lists what each switch needs."""
 
     # 2: tcgen05.mma.cta_group::2, 256 weight rows per SM pair (half each), clusters of 2, the
     # pair's TMA completing on the leader's barrier; 1: 128 rows per SM, no pairing.
@@ -1346,8 +1180,8 @@ class Sm100Config:
     # computes 64 columns); (128,) is one tiled MMA with a fixed transaction size, as the example.
     # (64, 128, 192): a group's last sliver of fewer than 64 tokens joins the tile before it into
     # one 192-token tile (a 176-token group is one tile, not 128 + 48), so the weights stream once
-    # for it; its token scales are two 128-row blocks, its accumulators 192 TMEM columns each. A
-    # shape runs it only where the model says it pays (sm100_shape_config), else the 64/128 kernel.
+    # for it; its token scales are two 128-row blocks, its accumulators 192 TMEM columns each.
+    # sm100_shape_config picks 64/128 for a shape where the model says 192 does not pay.
     token_variants: tuple = (64, 128, 192)
     # The pair's token scales: each CTA loads half and multicasts it to both (cta_group 2 only).
     multicast: bool = True
@@ -1357,85 +1191,54 @@ class Sm100Config:
     # L2 cache policies on the loads (createpolicy): tokens evict-last, weights evict-first on the
     # last tile of their sole reader.
     l2_hints: bool = True
-    # "ptx": inline tcgen05.ld 32x32b.x32 per 32 token columns; "atoms": the library's TMEM-load
-    # copy atom (tcgen05.Ld32x32bOp). Both store C directly from registers (st.global). "tma": the
-    # example's epilogue for a C whose contiguous mode is the MMA's M (ours: C^T): the TMEM-load
-    # atom it picks (tcgen05.ld 16x256b), fp16 written with stmatrix.trans into a C staging buffer
-    # in shared memory (c_stages of 8 KB, taken from the operand stages), and a TMA store per warp
-    # of its 32 weight rows x 32 tokens, clipped at the group's bounds (no predicates).
-    # "tma_last": "ptx" for every tile but each worker's last, which goes the "tma" way through C
-    # staging in the then idle operand stages: no stage is given up, the tail is the TMA store's.
+    # "tma_last": every tile but each worker's last stores C from registers (inline tcgen05.ld
+    # 32x32b.x32, st.global predicated on M); the last goes NVIDIA's way, through C staging in the
+    # then idle weight stages and a TMA store per warp. "atoms": every tile from registers, loaded
+    # by the library's TMEM-load copy atom (tcgen05.Ld32x32bOp), no TMA store.
     epilogue: str = "tma_last"
     # "selp": a copy takes its group's descriptor by address, picked by selects over the kernel
     # parameters (tma_desc_ptr); "branch": one copy per group behind `if group == g`, each with
     # its own atom's descriptor, as the example uses its atoms.
     descriptors: str = "selp"
-    # Start-up: before the wait for the previous grid, the TMA warp prefetches its first record's
-    # descriptors (prefetch.tensormap), which do not depend on that grid.
-    # NVIDIA's example prefetches its descriptors too, so SM100_SAFE keeps it on.
-    prefetch: bool = True
     # The schedule's jobs (JOB_POLICIES); host-side, the same walk as the Hopper path.
     jobs: str = "tiles"
-    # Before the wait for the previous grid, the TMA warp prefetches its first record's weights,
-    # weight scales, tokens and token scales into L2 (cp.async.bulk.prefetch.L2): L2 is the GPU's
-    # point of coherence, so the loads after the wait still read whatever the previous grid wrote.
-    l2_prefetch: bool = False
     # Warm L2 from idle SMs: the co-resident workers the schedule leaves without a tile launch
     # first, as warmers, and prefetch the call's inputs into L2 by the loads' own TMA boxes
-    # (cp.async.bulk.prefetch.tensor), then exit. With PDL they start on the SMs the previous
-    # call leaves idle, so the call's first loads hit L2 instead of waiting on HBM.
+    # (cp.async.bulk.prefetch.tensor), then exit.
     warmers: bool = True
-    # Warm L2 from the workers themselves where no pair is idle (no warmer launches): before the
-    # wait for the previous grid, each worker's TMA warp prefetches the boxes of its first record's
-    # first k-tiles (cp.async.bulk.prefetch.tensor), so a CTA that starts on an SM the previous
-    # call freed early fills HBM's idle time under that call's last CTAs.
+    # Warm L2 from the workers themselves where no warmer launches: before the wait for the
+    # previous grid, each worker's TMA warp prefetches the boxes of its first record's first
+    # k-tiles.
     self_warm: bool = True
     # 2: clusters of two SM pairs (4 CTAs) that run one token tile on two neighbouring weight
-    # blocks in step: each CTA loads half of its token rows and multicasts them to its counterpart
-    # in the other pair, and a quarter of the token scales to all four, so L2 sends each token
-    # k-tile once for 512 weight rows. A stage is refilled once both pairs' MMAs have read it. A
-    # shape runs it only where its pairs' schedule leaves pairs idle and the clusters' is no less
-    # balanced (sm100_shape_config).
+    # blocks in step, each CTA multicasting half of its token rows to its counterpart in the other
+    # pair. sm100_shape_config runs a shape's pairs alone where the clusters do not pay.
     cluster_pairs: int = 2
-    # The TMA warp's way to a record's first load, lean: each worker's row of the offsets table also
-    # holds its first record, so the CTA reads it with its first and end record (one L2 round trip)
-    # before the cluster barrier's wait (its first copy then follows that wait and the dependency
-    # wait with no memory read between), and the TMA warp's loop divides a record's fields by shifts. Off:
-    # it reads the first record from the record table after the cluster barrier's wait, a dependent
-    # L2 round trip (its address needs the row's answer), and divides with Python's floor division.
+    # Each worker's first record rides in its row of the offsets table, read before the cluster
+    # barrier's wait, and the TMA warp divides record fields by shifts; off: the first record is read
+    # from the record table after that wait, and divided by Python's floor division.
     lean_walk: bool = True
 
     def __post_init__(self):
         if self.cta_group not in (1, 2):
             raise ValueError(f"cta_group must be 1 or 2, got {self.cta_group!r}")
+        if self.cluster_pairs not in (1, 2):
+            raise ValueError(f"cluster_pairs must be 1 or 2, got {self.cluster_pairs!r}")
         if tuple(self.token_variants) not in TOKEN_VARIANT_SETS:
             raise ValueError(f"token_variants must be one of {TOKEN_VARIANT_SETS}, got {self.token_variants!r}")
         for name, allowed in (("epilogue", EPILOGUE_KINDS), ("descriptors", ("selp", "branch")), ("jobs", JOB_POLICIES)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         object.__setattr__(self, "token_variants", tuple(self.token_variants))
-        # Without a pair there is nothing to multicast to: cta_group 1 turns multicast off.
-        object.__setattr__(self, "multicast", bool(self.multicast) and self.cta_group == 2)
-        # jobs="stream" turns warmers off: its kernel with them spills (29 LDL, 14 STL: the summing
-        # epilogue leaves no registers for the warmers' walk; tools/inspect_sm100.py, DSL 4.3.5).
-        object.__setattr__(self, "warmers", bool(self.warmers) and self.jobs != "stream")
-        # jobs="stream" turns self_warm off too: a first record may be a later part of K.
-        object.__setattr__(self, "self_warm", bool(self.self_warm) and self.jobs != "stream")
-        # jobs="stream" turns lean_walk off: with the first record's fields carried through the TMA
-        # warp's loop its kernel spills (32 LDL, 16 STL at 255 registers; tools/inspect_sm100.py, DSL 4.3.5).
-        object.__setattr__(self, "lean_walk", bool(self.lean_walk) and self.jobs != "stream")
-        if self.cluster_pairs not in (1, 2):
-            raise ValueError(f"cluster_pairs must be 1 or 2, got {self.cluster_pairs!r}")
-        # Two pairs share tokens only as a pair shares them (multicast) and only over whole-K records
-        # of one tile (a stream-K part is one pair's): cta_group 1, multicast off or jobs="stream"
-        # run pairs alone.
-        if self.cta_group != 2 or not self.multicast or self.jobs == "stream":
-            object.__setattr__(self, "cluster_pairs", 1)
-        # The 192-token variant needs a pair (its two scale blocks are multicast as one is) and
-        # whole-K records (stream-K's partials are 128 tokens wide): cta_group 1 and jobs="stream"
-        # turn it off.
-        if self.token_variants[-1] > TOKEN_CHUNK and (self.cta_group != 2 or self.jobs == "stream"):
-            object.__setattr__(self, "token_variants", self.token_variants[:-1])
+        unmet = self.unmet_needs()
+        if unmet:
+            raise ValueError("; ".join(f"{_setting(name, value)} needs {_setting(needed, needed_value)}"
+                                       for name, value, needed, needed_value in unmet)
+                             + ": change one side of each")
+
+    def unmet_needs(self) -> list:
+        """The rows of NEEDS this configuration breaks."""
+        return [need for need in NEEDS if getattr(self, need[0]) == need[1] and getattr(self, need[2]) != need[3]]
 
     @property
     def weight_rows(self) -> int:
@@ -1473,29 +1276,21 @@ class Sm100Config:
 
     @property
     def stages(self) -> int:
-        """As many operand stages as shared memory holds: all of it but the barriers when the
-        epilogue stores from registers; with epilogue="tma", less C_MIN_STAGES C staging stages (as
-        NVIDIA's _compute_stages)."""
-        staging = C_MIN_STAGES * C_STAGE_BYTES if self.epilogue == "tma" else 0
-        return (SMEM_BYTES - SMEM_RESERVED_BYTES - staging) // self.stage_bytes
+        """As many operand stages as shared memory holds, all of it but the barriers (the staged
+        last tile's C reuses the weights' stages)."""
+        return (SMEM_BYTES - SMEM_RESERVED_BYTES) // self.stage_bytes
 
     @property
     def c_stages(self) -> int:
-        """C staging stages of epilogue="tma": what the operand stages leave, as NVIDIA's
-        _compute_stages adds it (cta_group 2: 7 operand stages and 3 C stages; 1: 5 and 5);
-        "tma_last": one per 32 tokens of the widest tile, in the operand stages' memory (no stage is
-        reused, so no store is waited for before the exit); 0 otherwise."""
-        if self.epilogue == "tma_last":
-            return self.accumulator_columns // EPILOGUE_COLUMNS
-        if self.epilogue != "tma":
-            return 0
-        return (SMEM_BYTES - SMEM_RESERVED_BYTES - self.stages * self.stage_bytes) // C_STAGE_BYTES
+        """C staging stages of epilogue="tma_last": one per 32 tokens of the widest tile, in the
+        weights' stages (none is reused, so no store is waited for before the exit); 0 with "atoms"."""
+        return self.accumulator_columns // EPILOGUE_COLUMNS if self.epilogue == "tma_last" else 0
 
     @classmethod
     def parse(cls, text: str) -> "Sm100Config":
         """"shipped" or "safe", optionally followed by ",field=value" changes ("safe,pdl=on"); a
         bare "field=value,..." changes the shipped configuration. Booleans: on/off; token_variants:
-        64/128, 128 or 64/128/192."""
+        64/128, 128 or 64/128/192. ValueError in one line naming the part that is wrong."""
         parts = [p.strip() for p in str(text).split(",") if p.strip()]
         base = SM100_SHIPPED
         if parts and "=" not in parts[0]:
@@ -1510,16 +1305,17 @@ class Sm100Config:
             name, value = name.strip(), value.strip()
             if name not in types or not value:
                 raise ValueError(f"{part!r}: expected field=value with a field of {', '.join(types)}")
-            if types[name] is bool:
-                if value.lower() not in _ON:
-                    raise ValueError(f"{part!r}: {name} is on or off")
-                changes[name] = _ON[value.lower()]
-            elif types[name] is tuple:
-                changes[name] = tuple(int(w) for w in value.strip("()").replace("/", " ").split())
-            elif types[name] is int:
-                changes[name] = int(value)
-            else:
-                changes[name] = value
+            try:
+                if types[name] is bool:
+                    changes[name] = _ON[value.lower()]
+                elif types[name] is tuple:
+                    changes[name] = tuple(int(w) for w in value.strip("()").replace("/", " ").split())
+                elif types[name] is int:
+                    changes[name] = int(value)
+                else:
+                    changes[name] = value
+            except (KeyError, ValueError):
+                raise ValueError(f"{part!r}: {name} is {_FIELD_SYNTAX.get(types[name], 'a word')}") from None
         return dataclasses.replace(base, **changes)
 
     def changes_from(self, base: "Sm100Config") -> list:
@@ -1534,6 +1330,21 @@ class Sm100Config:
         """The shortest text that parse() turns back into this configuration."""
         options = [",".join([name] + self.changes_from(base)) for name, base in (("shipped", SM100_SHIPPED), ("safe", SM100_SAFE))]
         return min(options, key=lambda text: text.count(","))
+
+
+# What a switch needs, (switch, value, needed switch, its value): a configuration that breaks a row is
+# refused. A pair (cta_group 2) is what multicast shares with and what a 192-token tile's two scale
+# blocks are multicast within; two pairs share their tokens by multicast.
+NEEDS = (
+    ("multicast", True, "cta_group", 2),
+    ("cluster_pairs", 2, "multicast", True),
+    ("token_variants", (64, 128, 192), "cta_group", 2),
+)
+_FIELD_SYNTAX = {bool: "on or off", int: "an integer", tuple: "token widths as 64/128"}
+
+
+def _setting(name: str, value) -> str:
+    return f"{name}={_config_value(value)}"
 
 
 def _config_value(value) -> str:
@@ -1692,13 +1503,6 @@ def _prefetch_tensormap(address, *, loc=None, ip=None):
 
 
 @dsl_user_op
-def _prefetch_bulk_l2(address, nbytes, *, loc=None, ip=None):
-    """cp.async.bulk.prefetch.L2 of `nbytes` (a multiple of 16) at `address` (16-byte aligned)."""
-    asm(None, [cutlass.Int64(address).ir_value(loc=loc, ip=ip), ir_i32(nbytes, loc, ip)],
-        "cp.async.bulk.prefetch.L2.global [$0], $1;", "l,r", True)
-
-
-@dsl_user_op
 def _tmem_load_32_columns(address, *, loc=None, ip=None):
     """tcgen05.ld 32x32b.x32: this thread's TMEM lane (the warp's quarter of the 128 lanes), 32
     consecutive fp32 columns from `address`, waited for."""
@@ -1733,6 +1537,46 @@ class _Variant:
     tx_bytes: int  # bytes a worker's stage receives (the leader's full barrier expects them all)
 
 
+@dataclass(frozen=True)
+class _SmemViews:
+    """A CTA's shared memory as the roles see it (built in the kernel, passed to each role)."""
+
+    a: object  # (MMA, MMA_M, MMA_K, STAGE): the weights
+    b: list  # per variant, (MMA, MMA_N, MMA_K, STAGE): the tokens, at the widest variant's stage stride
+    sfa: object  # the weight scales' stages
+    sfb: list  # per 128-row block, every stage's b-th block of token scales (the TMA's view)
+    sfb_variants: list  # per variant, its token scales of every stage (the MMA's view)
+    c: object  # epilogue="tma_last": (EPI_M = 128, EPI_N = 32, C_STAGE) over the weights' stages; else None
+
+
+@dataclass(frozen=True)
+class _AtomLoad:
+    """epilogue="atoms": the library's TMEM-load copy of 32 columns, for this thread."""
+
+    tiled_copy: object
+    sources: object  # (T2R, T2R_M, T2R_N, 1, chunks, ACC_STAGE): every chunk of both accumulators
+    registers: object  # this thread's 32 fp32 values
+
+
+@dataclass(frozen=True)
+class _StagedC:
+    """epilogue="tma_last": one warp's way from TMEM through C staging to a TMA store of its box."""
+
+    chunks: int  # 32-token chunks of the widest tile
+    batch: int  # chunks loaded into registers before their stores (BOX_BATCH_CHUNKS at most)
+    t2r: object  # the TMEM load (tcgen05.ld 16x256b) of the accumulator's bits as b32
+    tTR_tAcc: object  # (T2R, T2R_M, T2R_N, 1, chunks, ACC_STAGE): its sources
+    tTR_rAcc: list  # (T2R, T2R_M, T2R_N) per chunk of a batch: its registers
+    r2s: object  # the stmatrix.trans copy into the staging buffer
+    r2s_registers: object  # (R2S, R2S_M, R2S_N): one chunk's fp16 values
+    c_words: object  # the same registers as b32 words (two fp16 each)
+    r2s_smem: object  # (R2S, R2S_M, R2S_N, C_STAGE): the staging stages
+    smem: object  # ((ATOM_V, REST_V), C_STAGE): this warp's box in each stage
+    gmem: object  # ((ATOM_V, REST_V), N / 32, M / 32, L): C's boxes
+    atoms: tuple  # C's TMA store atom per group
+    pipeline: object  # the warp's bulk groups (wait_group.read before a stage is rewritten)
+
+
 class Sm100GroupedGemm:
     """Persistent, warp-specialized block-scaled grouped GEMM for one group count and one
     Sm100Config (2-CTA pairs or single CTAs)."""
@@ -1743,9 +1587,7 @@ class Sm100GroupedGemm:
         self.cta_group = config.cta_group
         self.mma_cta_group = tcgen05.CtaGroup.TWO if config.cta_group == 2 else tcgen05.CtaGroup.ONE
         self.cluster_shape_mn = (config.cluster_size, 1)
-        self.tma_epilogue = config.epilogue == "tma"  # every tile's C through the staging buffer
-        self.tma_last = config.epilogue == "tma_last"  # each worker's last tile's C only
-        self.c_staging = self.tma_epilogue or self.tma_last
+        self.tma_last = config.epilogue == "tma_last"  # each worker's last tile's C through C staging
         self.epilogue_barrier = pipeline.NamedBarrier(Barrier.EPILOGUE, 32 * len(EPILOGUE_WARPS))
         self.tmem_alloc_barrier = pipeline.NamedBarrier(Barrier.TMEM_ALLOC, 32 * (len(EPILOGUE_WARPS) + 1))
 
@@ -1791,13 +1633,11 @@ class Sm100GroupedGemm:
         sfb_bytes = sfb_block_bytes * self.config.token_scale_blocks
         self.sfb_stage_elems = cute.cosize(blockscaled_utils.make_smem_layout_sfb(widest, self.mma_tiler, SF_VEC_SIZE, 1))
         assert self.sfb_stage_elems == sfb_bytes, "a stage's token scales are its blocks back to back"
-        # Shared memory: the barriers, the operand ring, and with epilogue="tma" the C staging
-        # stages (NVIDIA's _compute_stages: C_MIN_STAGES reserved, the operand stages that fit,
-        # then what they leave added to C); otherwise no C staging, all of it to the operand ring
-        # ("tma_last" stages C in the weights' stages once they are idle).
+        # Shared memory: the barriers and the operand ring; "tma_last" stages C in the weights'
+        # stages once they are idle.
         capacity = SMEM_BYTES
         operand_bytes = a_bytes + b_bytes + sfa_bytes + sfb_bytes
-        if cutlass.const_expr(self.c_staging):
+        if cutlass.const_expr(self.tma_last):
             # C^T's contiguous mode is the MMA's M (weights): NVIDIA's "M-major" C (COL_MAJOR).
             self.c_layout = utils.LayoutEnum.COL_MAJOR
             self.epi_tile = sm100_utils.compute_epilogue_tile_shape(
@@ -1810,13 +1650,9 @@ class Sm100GroupedGemm:
             c_atom = sm100_utils.make_smem_layout_atom(sm100_utils.get_smem_layout_atom_epi(self.c_layout, C_DTYPE, box), C_DTYPE)
             c_bytes = cute.size_in_bytes(C_DTYPE, cute.tile_to_shape(c_atom, (CTA_WEIGHT_ROWS, EPILOGUE_COLUMNS, 1), order=(1, 0, 2)))
             assert c_bytes == C_STAGE_BYTES
-            if cutlass.const_expr(self.tma_last):
-                self.num_stages = (capacity - SMEM_RESERVED_BYTES) // operand_bytes
-                self.c_stages = self.acc_columns // EPILOGUE_COLUMNS
-                assert self.c_stages * c_bytes <= self.num_stages * a_bytes, "C staging must fit the weights' stages"
-            else:
-                self.num_stages = (capacity - SMEM_RESERVED_BYTES - C_MIN_STAGES * c_bytes) // operand_bytes
-                self.c_stages = (capacity - SMEM_RESERVED_BYTES - self.num_stages * operand_bytes) // c_bytes
+            self.num_stages = (capacity - SMEM_RESERVED_BYTES) // operand_bytes
+            self.c_stages = self.acc_columns // EPILOGUE_COLUMNS
+            assert self.c_stages * c_bytes <= self.num_stages * a_bytes, "C staging must fit the weights' stages"
             assert self.c_stages == self.config.c_stages, "the host's C stage count must match"
             # (EPI_M = 128, EPI_N = 32, C_STAGE)
             self.c_smem_layout = cute.tile_to_shape(
@@ -1872,7 +1708,7 @@ class Sm100GroupedGemm:
         # become kernel parameters. The MMA's A operand is the weights (b), its B operand the tokens (a).
         weight_atoms, token_atoms, weight_sf_atoms, token_sf_atoms = [], [[] for _ in self.variants], [], []
         coords = []  # group 0's coordinate tensors, kept for every group
-        c_atoms, c_coords = [], []  # epilogue="tma": C's TMA store atom per group
+        c_atoms, c_coords = [], []  # epilogue="tma_last": C's TMA store atom per group
         for g in cutlass.range_constexpr(self.num_groups):
             m, n, k = args.m[g], args.n[g], args.k[g]
             weights = self._operand(args.b[g], n, k)
@@ -1900,7 +1736,7 @@ class Sm100GroupedGemm:
             weight_sf_atoms.append(atom_wsf)
             token_sf_atoms.append(atom_tsf)
             coords.append((tma_w, tuple(tma_tokens), tma_wsf, tma_tsf))
-            if cutlass.const_expr(self.c_staging):
+            if cutlass.const_expr(self.tma_last):
                 # C as the MMA sees it, (weights n, tokens m, L): the group's [m, n] fp16 tensor,
                 # n contiguous; the TMA store of a warp's box clips at n and m.
                 atom_c, tma_c = cpasync.make_tiled_tma_atom(
@@ -1922,13 +1758,9 @@ class Sm100GroupedGemm:
             sSFA: cute.struct.Align[cute.struct.MemRange[SF_DTYPE, cute.cosize(self.sfa_smem_layout)], 1024]
             sSFB: cute.struct.Align[cute.struct.MemRange[SF_DTYPE, self.sfb_stage_elems * self.num_stages], 1024]
 
-        if cutlass.const_expr(self.tma_epilogue):
-            SharedStorage.__annotations__["sC"] = cute.struct.Align[
-                cute.struct.MemRange[C_DTYPE, cute.cosize(self.c_smem_layout.outer)], 1024
-            ]
         self.shared_storage = cute.struct(SharedStorage)
-        # epilogue="tma": (C's atom per group, group 0's C coordinate tensor); else empty.
-        c_store = (tuple(c_atoms), c_coords[0]) if self.c_staging else ()
+        # epilogue="tma_last": (C's atom per group, group 0's C coordinate tensor); else empty.
+        c_store = (tuple(c_atoms), c_coords[0]) if self.tma_last else ()
         self.kernel(
             tuple(weight_atoms), tuple(tuple(a) for a in token_atoms), tuple(weight_sf_atoms), tuple(token_sf_atoms),
             coords[0], c_store, args,
@@ -2026,24 +1858,18 @@ class Sm100GroupedGemm:
         )
         pipeline.pipeline_init_arrive(cluster_shape_mn=self.cluster_shape_mn, is_relaxed=True)
 
-        smem = SimpleNamespace(
+        smem = _SmemViews(
             a=storage.sA.get_tensor(self.a_smem_layout.outer, swizzle=self.a_smem_layout.inner),
             b=[storage.sB.get_tensor(v.b_smem_layout.outer, swizzle=v.b_smem_layout.inner) for v in self.variants],
             sfa=storage.sSFA.get_tensor(self.sfa_smem_layout),
-            # the token scales' b-th 128-row block of every stage (the TMA's), and each variant's view
             sfb=[cute.make_tensor(storage.sSFB.data_ptr() + b * cute.cosize(self.sfb_block_layout), self.sfb_smem_layout)
                  for b in range(self.config.token_scale_blocks)],
             sfb_variants=[storage.sSFB.get_tensor(v.sfb_smem_layout) for v in self.variants],
+            # over the weights' first stages, written only after the worker's last MMAs completed (its
+            # last accumulator's full barrier): no load follows them
+            c=(storage.sA.get_tensor(self.c_smem_layout.outer, swizzle=self.c_smem_layout.inner, dtype=C_DTYPE)
+               if self.tma_last else None),
         )
-        if cutlass.const_expr(self.tma_epilogue):
-            # (EPI_M = 128, EPI_N = 32, C_STAGE): the C staging buffer
-            smem.c = storage.sC.get_tensor(self.c_smem_layout.outer, swizzle=self.c_smem_layout.inner)
-        elif cutlass.const_expr(self.tma_last):
-            # (EPI_M = 128, EPI_N = 32, C_STAGE) over the weights' first stages, written only after the
-            # worker's last MMAs completed (its last accumulator's full barrier): no load follows them.
-            smem.c = storage.sA.get_tensor(self.c_smem_layout.outer, swizzle=self.c_smem_layout.inner, dtype=C_DTYPE)
-        else:
-            smem.c = None
         tiles = gmem_matrix(cutlass.Int32, args.tiles, args.num_tiles, len(RECORD_FIELDS))
         worker_tiles = gmem_matrix(
             cutlass.Int32, args.worker_tiles, args.num_workers, WORKER_ROW if cutlass.const_expr(self.config.lean_walk) else 2
@@ -2085,7 +1911,7 @@ class Sm100GroupedGemm:
             tmem.relinquish_alloc_permit()
             self.epilogue_barrier.arrive_and_wait()
             tmem.free(acc_tmem_ptr)
-            if cutlass.const_expr(self.c_staging):
+            if cutlass.const_expr(self.tma_last):
                 # The TMA unit has read every box of this warp before the CTA exits (waited for
                 # after freeing TMEM, which does not depend on the stores).
                 c_pipeline.producer_tail()
@@ -2116,20 +1942,17 @@ class Sm100GroupedGemm:
 
         tiles, begin, end, pair_rows = walk
         if cutlass.const_expr(self.config.lean_walk):
-            g, record_n0, t0, variant_index, k_end, sole, k_begin = first_record
+            g, record_n0, t0, variant_index, k_end, sole = first_record
         else:  # each record, the first too, read from the table in the loop below
-            g, record_n0, t0, variant_index, k_end, sole, k_begin = (cutlass.Int32(0),) * len(LOAD_FIELDS)
-        if cutlass.const_expr(self.config.prefetch):
-            # Neither the schedule nor the descriptors depend on the previous grid: prefetch the
-            # first record's group's descriptors while that grid may still run.
-            if begin < end:
-                self._prefetch_descriptors(
-                    g if cutlass.const_expr(self.config.lean_walk) else tiles[begin, 0],
-                    weight_atoms, token_atoms, weight_sf_atoms, token_sf_atoms,
-                )
-        if cutlass.const_expr(self.config.l2_prefetch):
-            if begin < end:
-                self._prefetch_l2(args, tiles, pair_rows, begin, is_leader_cta)
+            g, record_n0, t0, variant_index, k_end, sole = (cutlass.Int32(0),) * len(LOAD_FIELDS)
+        # Neither the schedule nor the descriptors depend on the previous grid: prefetch the first
+        # record's group's descriptors while that grid may still run (as NVIDIA's example
+        # prefetches its atoms' descriptors at its start).
+        if begin < end:
+            self._prefetch_descriptors(
+                g if cutlass.const_expr(self.config.lean_walk) else tiles[begin, 0],
+                weight_atoms, token_atoms, weight_sf_atoms, token_sf_atoms,
+            )
         if cutlass.const_expr(self.config.self_warm):
             if begin < end and args.self_warm_k_tiles > 0:  # 0 where warmers launch: no record read
                 first = (g, record_n0, t0, variant_index, k_end)
@@ -2152,15 +1975,11 @@ class Sm100GroupedGemm:
         for t in range(begin, end):
             if cutlass.const_expr(self.config.lean_walk):
                 if t != begin:  # the first came with the worker's row
-                    g, record_n0, t0, variant_index, k_end, sole, k_begin = _load_fields(tiles, t)
+                    g, record_n0, t0, variant_index, k_end, sole = _load_fields(tiles, t)
             else:
-                g, record_n0, t0, variant_index, k_end, sole, k_begin = _load_fields(tiles, t)
+                g, record_n0, t0, variant_index, k_end, sole = _load_fields(tiles, t)
             n0 = record_n0 + pair_rows
-            # The record's first and end k-tile (a whole tile's first is 0 at compile time: its loop as before).
-            k_tiles = (
-                tiles_of(k_begin, K_TILE, self.config.lean_walk) if cutlass.const_expr(self.config.jobs == "stream") else 0,
-                tiles_of(k_end, K_TILE, self.config.lean_walk),
-            )
+            k_tiles = tiles_of(k_end, K_TILE, self.config.lean_walk)
             read_weights = None
             if cutlass.const_expr(self.config.l2_hints):
                 # The last tile of a weight block's sole reader streams it evict-first; other tiles
@@ -2240,7 +2059,7 @@ class Sm100GroupedGemm:
     def _load_variant(self, ab_pipeline, state, v, g, t0, k_tiles, slices, token_part, token_mask, group_atoms, read_again,
                       is_leader_cta):
         """One record of token variant v: its copies, with group g's descriptors ("selp": by address,
-        "branch": the loop of that group's own atoms), then its k-loop over k_tiles = (first, end).
+        "branch": the loop of that group's own atoms), then its k-loop over its k_tiles k-tiles.
         slices: the weights', the weight scales' and each token-scale block's (the variant loads its
         first scale_blocks); group_atoms: weights, weight scales, token scales, the variant's tokens."""
         tBsB, tBgB = token_part
@@ -2262,26 +2081,6 @@ class Sm100GroupedGemm:
         return state
 
     @cute.jit
-    def _prefetch_l2(self, args, tiles, pair_rows, t, is_leader_cta):
-        """Record t's operands into L2, one bulk prefetch each (every range is contiguous: whole rows
-        of K-major operands, whole 128-row blocks of the blocked scales): this CTA's weight rows and
-        their scale block; the leader also the tile's token rows and their scale block."""
-        g, n0, t0, m_end, n = tiles[t, 0], tiles[t, 1] + pair_rows, tiles[t, 2], tiles[t, 4], tiles[t, 5]
-        k = select_by_group(g, args.k)
-        row_bytes, scale_block_bytes = k // 2, k // (4 * SF_VEC_SIZE) * SF_BLOCK_BYTES
-        first = n0 + CTA_WEIGHT_ROWS * (1 - cutlass.Int32(is_leader_cta))  # this CTA's weight rows
-        with cute.arch.elect_one():
-            if first < n:
-                rows = cutlass.min(CTA_WEIGHT_ROWS, n - first)
-                _prefetch_bulk_l2(select_by_group(g, args.b) + cutlass.Int64(first) * row_bytes, rows * row_bytes)
-                _prefetch_bulk_l2(select_by_group(g, args.sfb) + cutlass.Int64(first // SF_BLOCK_ROWS) * scale_block_bytes,
-                                  scale_block_bytes)
-            if is_leader_cta and pair_rows == 0:  # a cluster's second pair reads the same tokens
-                _prefetch_bulk_l2(select_by_group(g, args.a) + cutlass.Int64(t0) * row_bytes, (m_end - t0) * row_bytes)
-                _prefetch_bulk_l2(select_by_group(g, args.sfa) + cutlass.Int64(t0 // SF_BLOCK_ROWS) * scale_block_bytes,
-                                  scale_block_bytes)
-
-    @cute.jit
     def _warm_l2(self, args, tiles, pair_rows, first, step, sources, atoms):
         """One warmer warp's prefetches into L2 (cp.async.bulk.prefetch.tensor): of records
         first, first + step, ..., their first warm_k_tiles k-tiles, the boxes this CTA's
@@ -2291,10 +2090,9 @@ class Sm100GroupedGemm:
         the point of coherence, so it needs no wait for the previous grid."""
         for t in range(first, args.num_tiles, step):
             n0, t0 = tiles[t, 1], tiles[t, 2]
-            # whole-K records only (jobs="stream", which cuts K, turns warmers off); a record that is
-            # neither its weight block's first token tile nor its token tile's first block brings none
-            # (the record's own n0: a cluster's two pairs each hold a share of its tokens, so both
-            # prefetch them on the record of the token tile's first blocks)
+            # a record that is neither its weight block's first token tile nor its token tile's first
+            # block brings none (the record's own n0: a cluster's two pairs each hold a share of its
+            # tokens, so both prefetch them on the record of the token tile's first blocks)
             k_end = cutlass.min(tiles[t, 6] // K_TILE, args.warm_k_tiles)
             if t0 != 0 and n0 != 0:
                 k_end = 0
@@ -2344,11 +2142,11 @@ class Sm100GroupedGemm:
 
     @cute.jit
     def _load_tile(self, ab_pipeline, state, copies, k_tiles, tx_bytes, is_leader_cta):
-        """The k-loop of one record, k-tiles k_tiles[0] .. k_tiles[1] - 1: per stage, wait for it to
+        """The k-loop of one record, k-tiles 0 .. k_tiles - 1: per stage, wait for it to
         be empty, have the leader expect the worker's tx_bytes, and issue `copies`: (atom, descriptor
         or None for the atom's own, gmem k-tiles, smem stages, L2 policy or None, multicast mask or
         None) each."""
-        for kt in range(k_tiles[0], k_tiles[1]):
+        for kt in range(0, k_tiles):
             ab_pipeline.sync_object_empty.wait(state.index, state.phase)
             if is_leader_cta:
                 ab_pipeline.sync_object_full.arrive_and_expect_tx(state.index, tx_bytes)
@@ -2398,7 +2196,7 @@ class Sm100GroupedGemm:
         ab_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.num_stages)
         acc_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, ACC_STAGES)
         for t in range(begin, end):
-            variant_index, k_tiles = tiles[t, 3], (tiles[t, 6] - tiles[t, 8]) // K_TILE
+            variant_index, k_tiles = tiles[t, 3], tiles[t, 6] // K_TILE
             if is_leader_cta:
                 acc_pipeline.producer_acquire(acc_state)
                 _tcgen05_fence("after_thread_sync")  # the epilogue's loads of this buffer are done
@@ -2456,125 +2254,89 @@ class Sm100GroupedGemm:
     @cute.jit
     def epilogue(self, acc_pipeline, acc_tmem_ptr, args, walk, warp_idx, cta_in_worker, sC, c_store):
         """Warps 0-3 of every CTA. Warp w holds TMEM lanes 32w..32w+31: weight rows
-        n0 + 128 * cta_in_worker + 32w + lane of the tile; per 32 tokens, one TMEM load of 32 fp32
-        columns (inline tcgen05.ld, or the library's copy atom), rounded to fp16 and stored straight
-        to C (4 bytes per lane, lanes paired by row_pair_word), each store predicated on its token
-        row being below M. With epilogue="tma", per 32 tokens the TMEM-load atom NVIDIA's epilogue
-        picks, fp16 through stmatrix into the warp's C staging box and a TMA store of the box
-        (_store_box); the accumulator is released after the tile's last TMEM load; "tma_last" so
-        for the worker's last tile only. With jobs="stream", a part of a cut tile goes through
-        _cut_part. Waits on: the accumulator's full
-        barrier. Signals: the accumulator's empty barrier of the leader."""
+        n0 + 128 * cta_in_worker + 32w + lane of the tile. A tile's C goes one of two ways:
+        _store_direct (from registers) or, with epilogue="tma_last" for the worker's last tile,
+        _store_staged (through shared memory and a TMA store). Waits on: the accumulator's full
+        barrier. Signals: the accumulator's empty barrier of the leader. Returns the staged stores'
+        pipeline, whose tail the CTA waits for before it exits (None with "atoms")."""
         lane = cute.arch.lane_idx()
         odd = lane % 2
         lane_address = acc_tmem_ptr.toint() + ((32 * warp_idx) << 16)  # TMEM address: lane << 16 | column
-        load_columns = self._tmem_load_atoms(acc_tmem_ptr, warp_idx)
-        box = self._c_store_partitions(acc_tmem_ptr, warp_idx, sC, c_store)
-        if cutlass.const_expr(self.tma_epilogue):
-            load_columns = box.load
+        atom_load = self._atom_load(acc_tmem_ptr, warp_idx)
+        staged = self._staged_c(acc_tmem_ptr, warp_idx, sC, c_store)
         tiles, begin, end, pair_rows = walk
         acc_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, ACC_STAGES)
-        c_stage = cutlass.Int32(0)  # epilogue="tma": the C staging stage of this warp's next TMA store
+        c_stage = cutlass.Int32(0)  # the C staging stage of this warp's next TMA store
         for t in range(begin, end):
             g, n0, t0, m_end, n = tiles[t, 0], tiles[t, 1] + pair_rows, tiles[t, 2], tiles[t, 4], tiles[t, 5]
             # (group, this warp's box row: its first weight row / C_WARP_ROWS): a TMA store's rows
             box_rows = (g, (n0 + CTA_WEIGHT_ROWS * cta_in_worker) // C_WARP_ROWS + warp_idx)
-            if cutlass.const_expr(self.tma_epilogue):
-                rows = box_rows
-            else:
-                rows = (n0 + CTA_WEIGHT_ROWS * cta_in_worker + 32 * warp_idx + lane, m_end, n, select_by_group(g, args.c))
+            # (this lane's weight row, M, N, the group's C): a direct store's
+            rows = (n0 + CTA_WEIGHT_ROWS * cta_in_worker + 32 * warp_idx + lane, m_end, n, select_by_group(g, args.c))
             chunks = (m_end - t0 + EPILOGUE_COLUMNS - 1) // EPILOGUE_COLUMNS
-            accumulator = (lane_address + acc_state.index * self.acc_columns, acc_state.index, load_columns)
+            accumulator = (lane_address + acc_state.index * self.acc_columns, acc_state.index, atom_load)
 
             # A pair's second CTA holds rows past N when N is an odd multiple of 128, and a cluster's
             # second pair all of its rows when N is an odd multiple of 256: no stores.
             has_rows = n0 + CTA_WEIGHT_ROWS * cta_in_worker < n
             acc_pipeline.consumer_wait(acc_state)
             _tcgen05_fence("after_thread_sync")  # the MMAs that wrote this accumulator are done
-            if cutlass.const_expr(self.config.jobs == "stream"):
-                if tiles[t, 9] > 1:
-                    if has_rows:
-                        c_stage = self._cut_part(acc_pipeline, acc_state, accumulator, args, tiles, t, chunks, rows, odd,
-                                                warp_idx, lane, cta_in_worker, box, c_stage)
-                    else:
-                        self._release(acc_pipeline, acc_state)
+            if cutlass.const_expr(self.tma_last):
+                if t == end - 1:
+                    c_stage = self._store_staged(staged, acc_pipeline, acc_state, has_rows, chunks, t0, box_rows, c_stage)
                 else:
-                    c_stage = self._whole_tile(acc_pipeline, acc_state, accumulator, has_rows, chunks, t0, rows, box_rows,
-                                               odd, box, c_stage, t == end - 1)
+                    self._store_direct(acc_pipeline, acc_state, accumulator, has_rows, chunks, t0, rows, odd)
             else:
-                c_stage = self._whole_tile(acc_pipeline, acc_state, accumulator, has_rows, chunks, t0, rows, box_rows, odd,
-                                           box, c_stage, t == end - 1)
+                self._store_direct(acc_pipeline, acc_state, accumulator, has_rows, chunks, t0, rows, odd)
             acc_state.advance()
-        return box.pipeline if cutlass.const_expr(self.c_staging) else None
+        return staged.pipeline if cutlass.const_expr(self.tma_last) else None
 
     @cute.jit
-    def _whole_tile(self, acc_pipeline, acc_state, accumulator, has_rows, chunks, t0, rows, box_rows, odd, box, c_stage,
-                    is_last):
-        """A whole tile's C (_store_tile): through the staging box with epilogue="tma", and with
-        "tma_last" if it is the worker's last tile (`is_last`), directly otherwise."""
-        if cutlass.const_expr(self.tma_last):
-            if is_last:
-                c_stage = self._store_tile(acc_pipeline, acc_state, accumulator, has_rows, chunks, t0, box_rows, odd, box,
-                                           c_stage, True)
-            else:
-                self._store_tile(acc_pipeline, acc_state, accumulator, has_rows, chunks, t0, rows, odd, box, c_stage, False)
-        else:
-            c_stage = self._store_tile(acc_pipeline, acc_state, accumulator, has_rows, chunks, t0, rows, odd, box, c_stage,
-                                       self.tma_epilogue)
-        return c_stage
-
-    @cute.jit
-    def _store_tile(self, acc_pipeline, acc_state, accumulator, has_rows, chunks, t0, rows, odd, box, c_stage,
-                    via_box: cutlass.Constexpr):
-        """A whole tile (or all of its K): per 32 tokens, its columns from TMEM to C, then release the
-        accumulator; through the staging box (`via_box`), per batch of box.batch chunks (all of a
-        tile up to 128 tokens) their TMEM loads, one wait, after the tile's last loads the release,
-        then their TMA stores. Returns the warp's next C staging stage."""
+    def _store_direct(self, acc_pipeline, acc_state, accumulator, has_rows, chunks, t0, rows, odd):
+        """A tile's C straight from registers: per 32 tokens, this lane's 32 columns from TMEM
+        (_tile_columns), rounded to fp16 and stored (_store_rows); then the accumulator's release."""
         if has_rows:
-            if cutlass.const_expr(via_box):
-                issue_load, bits = box.issue_load, box.bits  # plain functions: the DSL takes a method call's receiver for written state
-                stage = accumulator[1]
-                for first in cutlass.range_constexpr(0, box.chunks, box.batch):
-                    end = min(first + box.batch, box.chunks)
-                    for chunk in cutlass.range_constexpr(first, end):
-                        if chunk < chunks:
-                            issue_load(stage, chunk, chunk - first)
-                    cute.arch.fence_view_async_tmem_load()  # tcgen05.wait::ld
-                    if cutlass.const_expr(end == box.chunks):
-                        self._release(acc_pipeline, acc_state)
-                    for chunk in cutlass.range_constexpr(first, end):
-                        if chunk < chunks:
-                            c_stage = self._store_box(box, bits(chunk - first), rows[0], (rows[1], t0 // EPILOGUE_COLUMNS + chunk),
-                                                      c_stage)
-            else:
-                for chunk in range(chunks):
-                    self._store_rows(self._columns(accumulator, chunk), t0 + EPILOGUE_COLUMNS * chunk, rows, odd)
-                self._release(acc_pipeline, acc_state)
+            for chunk in range(chunks):
+                self._store_rows(self._tile_columns(accumulator, chunk), t0 + EPILOGUE_COLUMNS * chunk, rows, odd)
+            self._release(acc_pipeline, acc_state)
+        else:
+            self._release(acc_pipeline, acc_state)
+
+    @cute.jit
+    def _store_staged(self, staged, acc_pipeline, acc_state, has_rows, chunks, t0, box_rows, c_stage):
+        """A tile's C through C staging (NVIDIA's epilogue for an M-major C): per batch of staged.batch
+        chunks (all of a tile up to 128 tokens) their TMEM loads, one tcgen05.wait::ld, after the
+        tile's last loads the accumulator's release, then per chunk a TMA store (_store_box). Returns
+        the warp's next C staging stage."""
+        if has_rows:
+            stage = acc_state.index
+            for first in cutlass.range_constexpr(0, staged.chunks, staged.batch):
+                end = min(first + staged.batch, staged.chunks)
+                for chunk in cutlass.range_constexpr(first, end):
+                    if chunk < chunks:
+                        # tcgen05.ld of the chunk's columns into the batch's fragment, not waited for
+                        cute.copy(staged.t2r, staged.tTR_tAcc[(None, None, None, 0, chunk, stage)],
+                                  staged.tTR_rAcc[chunk - first])
+                cute.arch.fence_view_async_tmem_load()  # tcgen05.wait::ld
+                if cutlass.const_expr(end == staged.chunks):
+                    self._release(acc_pipeline, acc_state)
+                for chunk in cutlass.range_constexpr(first, end):
+                    if chunk < chunks:
+                        c_stage = self._store_box(staged, staged.tTR_rAcc[chunk - first], box_rows[0],
+                                                  (box_rows[1], t0 // EPILOGUE_COLUMNS + chunk), c_stage)
         else:
             self._release(acc_pipeline, acc_state)
         return c_stage
 
-    def _columns(self, accumulator, chunk):
-        """The accumulator's 32 fp32 columns 32 * chunk .. of this lane's weight row (epilogue="tma":
-        this thread's 32 values of those columns, in the TMEM-load atom's layout); accumulator = (this
-        lane's TMEM address of the stage, the stage, the "atoms"/"tma" epilogue's load or None; the
-        "tma_last" epilogue's tiles other than the last load as "ptx")."""
-        address, stage, load_columns = accumulator
-        if cutlass.const_expr(self.config.epilogue in ("ptx", "tma_last")):
+    def _tile_columns(self, accumulator, chunk):
+        """The accumulator's 32 fp32 columns 32 * chunk .. of this lane's weight row; accumulator =
+        (this lane's TMEM address of the stage, the stage, the "atoms" epilogue's load)."""
+        address, stage, atom_load = accumulator
+        if cutlass.const_expr(self.tma_last):
             return _tmem_load_32_columns(address + EPILOGUE_COLUMNS * chunk)
-        return load_columns(stage, chunk)
-
-    @cute.jit
-    def _store_chunk(self, values, first_row, rows, odd, box, c_stage):
-        """32 token rows (first_row ..) of C from `values` (as _columns gives them): _store_rows, or
-        with epilogue="tma" _store_box, rows = (group, the warp's box row). Returns the warp's next
-        C staging stage."""
-        if cutlass.const_expr(self.tma_epilogue):
-            g, box_row = rows
-            c_stage = self._store_box(box, values, g, (box_row, first_row // EPILOGUE_COLUMNS), c_stage)
-        else:
-            self._store_rows([values[i] for i in range(EPILOGUE_COLUMNS)], first_row, rows, odd)
-        return c_stage
+        cute.copy(atom_load.tiled_copy, atom_load.sources[(None, None, None, 0, chunk, stage)], atom_load.registers)
+        cute.arch.fence_view_async_tmem_load()  # tcgen05.wait::ld: the registers hold the columns
+        return [atom_load.registers[i] for i in range(EPILOGUE_COLUMNS)]
 
     @cute.jit
     def _release(self, acc_pipeline, acc_state):
@@ -2583,96 +2345,33 @@ class Sm100GroupedGemm:
             acc_pipeline.consumer_release(acc_state)
 
     @cute.jit
-    def _cut_part(self, acc_pipeline, acc_state, accumulator, args, tiles, t, chunks, rows, odd, warp_idx, lane, cta_in_worker,
-                  box, c_stage):
-        """One part of a cut tile (jobs="stream"; record t). The tile's sum is, per value, always
-        (((-0.0 + partial 1) + partial 2) + ...) + partial 0 (-0.0 adds exactly, signed zeros too): the
-        same bits whichever part finishes last. Part 0, the schedule's last part of the tile in time,
-        first peeks at the count: if every other part has counted in, it adds their partials to its
-        own accumulator and stores C, writing nothing. Otherwise the part stores its partial in its
-        slot, releases the accumulator and counts in; the part that counts in last adds the slots.
-        A slot holds each thread's values in the order _columns gives them, so with epilogue="tma"
-        the sums are in the TMEM-load atom's layout and go to C through _store_box. Returns the
-        warp's next C staging stage (epilogue="tma")."""
-        parts, part, first_slot = tiles[t, 9], tiles[t, 10], tiles[t, 11]
-        t0 = tiles[t, 2]
-        counter = args.partial_counts + (
-            cutlass.Int64(first_slot * self.cta_group + cta_in_worker) * len(EPILOGUE_WARPS) + warp_idx
-        ) * 4
-        slots = (args, first_slot, warp_idx, lane, cta_in_worker)
-        if cutlass.const_expr(self.tma_epilogue):
-            total = cute.make_rmem_tensor(box.fragment, ACC_DTYPE)  # the TMEM-load fragment's shape
-        else:
-            total = cute.make_rmem_tensor(cute.make_layout(EPILOGUE_COLUMNS), ACC_DTYPE)
-        others_in = cutlass.Boolean(False)
-        if part == 0:
-            others_in = peek_count(counter) == parts - 1
-        if others_in:
-            for chunk in range(chunks):
-                self._add_partials(total, slots, parts, chunk)
-                own = self._columns(accumulator, chunk)
-                for i in cutlass.range_constexpr(EPILOGUE_COLUMNS):
-                    total[i] = total[i] + own[i]
-                c_stage = self._store_chunk(total, t0 + EPILOGUE_COLUMNS * chunk, rows, odd, box, c_stage)
-            self._release(acc_pipeline, acc_state)
-            reset_count(counter, lane)
-        else:
-            for chunk in range(chunks):
-                own = self._columns(accumulator, chunk)
-                for q in cutlass.range_constexpr(EPILOGUE_COLUMNS // 4):
-                    store_f32x4(self._slot(slots, part, chunk) + q * CTA_WEIGHT_ROWS * 16, [own[4 * q + j] for j in range(4)])
-            self._release(acc_pipeline, acc_state)
-            if count_in(counter, lane) == parts - 1:
-                for chunk in range(chunks):
-                    self._add_partials(total, slots, parts, chunk)
-                    last = [load_f32x4(self._slot(slots, 0, chunk) + q * CTA_WEIGHT_ROWS * 16) for q in range(EPILOGUE_COLUMNS // 4)]
-                    for i in cutlass.range_constexpr(EPILOGUE_COLUMNS):
-                        total[i] = total[i] + last[i // 4][i % 4]
-                    c_stage = self._store_chunk(total, t0 + EPILOGUE_COLUMNS * chunk, rows, odd, box, c_stage)
-                reset_count(counter, lane)
-        return c_stage
-
-    @cute.jit
-    def _store_box(self, box, values, g, box_coord, c_stage):
-        """epilogue="tma": this warp's 32 weight rows x 32 tokens of C, `values` (its share in the
-        TMEM-load atom's layout: fp32, or their b32 bits), rounded to fp16 and written with stmatrix
-        into C staging stage `c_stage`, then stored by TMA to group g's C at box `box_coord` (weight rows / 32,
-        tokens / 32), clipped at N and M. Before writing the stage, the store that last read it
-        (c_stages stores ago) must have read it (wait_group.read); between the stmatrix and the store,
-        every lane's fence.proxy.async and a warp barrier (the TMA unit reads through the async proxy).
-        Returns the next stage of the warp's ring."""
+    def _store_box(self, staged, bits, g, box_coord, c_stage):
+        """This warp's 32 weight rows x 32 tokens of C, `bits` (its share in the TMEM-load atom's
+        layout, as b32), rounded to fp16 and written with stmatrix into C staging stage `c_stage`,
+        then stored by TMA to group g's C at box `box_coord` (weight rows / 32, tokens / 32),
+        clipped at N and M. Before writing the stage, the store that last read it (c_stages stores
+        ago) must have read it (wait_group.read); between the stmatrix and the store, every lane's
+        fence.proxy.async and a warp barrier (the TMA unit reads through the async proxy). Returns
+        the next stage of the warp's ring."""
         # fp16 of each fp32 pair, packed as the C fragment holds it (the TMEM load's layout, compact:
         # values 2j and 2j + 1 are C word j), as NVIDIA's .load().to(fp16) rounds them
-        bits = values if cutlass.const_expr(values.element_type == cutlass.Int32) else cute.recast_tensor(values, cutlass.Int32)
-        words = box.c_words
+        words = staged.c_words
         for j in cutlass.range_constexpr(EPILOGUE_COLUMNS // 2):
             words[j] = pack_f16x2_bits(bits[2 * j], bits[2 * j + 1])
-        box.pipeline.producer_acquire()  # cp.async.bulk.wait_group.read c_stages - 1
+        staged.pipeline.producer_acquire()  # cp.async.bulk.wait_group.read c_stages - 1
         cute.arch.sync_warp()  # every lane's wait precedes every lane's write
-        cute.copy(box.r2s, box.r2s_registers, box.r2s_smem[(None, None, None, c_stage)])
+        cute.copy(staged.r2s, staged.r2s_registers, staged.r2s_smem[(None, None, None, c_stage)])
         cute.arch.fence_proxy(cute.arch.ProxyKind.async_shared, space=cute.arch.SharedSpace.shared_cta)
         cute.arch.sync_warp()  # every lane's write and fence precede the store
-        destination = box.gmem[(None, box_coord[0], box_coord[1], 0)]
+        destination = staged.gmem[(None, box_coord[0], box_coord[1], 0)]
         if cutlass.const_expr(self.config.descriptors == "selp"):
-            cute.copy(box.atoms[0], box.smem[(None, c_stage)], destination, tma_desc_ptr=group_tma_desc(g, box.atoms))
+            cute.copy(staged.atoms[0], staged.smem[(None, c_stage)], destination, tma_desc_ptr=group_tma_desc(g, staged.atoms))
         else:
             for group in cutlass.range_constexpr(self.num_groups):
                 if g == group:
-                    cute.copy(box.atoms[group], box.smem[(None, c_stage)], destination)
-        box.pipeline.producer_commit()  # cp.async.bulk.commit_group
+                    cute.copy(staged.atoms[group], staged.smem[(None, c_stage)], destination)
+        staged.pipeline.producer_commit()  # cp.async.bulk.commit_group
         return cutlass.Int32(cutlass.select_(c_stage == self.c_stages - 1, 0, c_stage + 1))  # the ring's next stage
-
-
-    @cute.jit
-    def _add_partials(self, total, slots, parts, chunk):
-        """total = (-0.0 + partial 1) + ... + partial (parts - 1), the chunk's 32 columns of each, in
-        part order; each part's 8 loads issue before its adds."""
-        total.fill(-0.0)
-        for p in cutlass.range_constexpr(1, STREAM_MAX_PARTS):
-            if p < parts:
-                quads = [load_f32x4(self._slot(slots, p, chunk) + q * CTA_WEIGHT_ROWS * 16) for q in range(EPILOGUE_COLUMNS // 4)]
-                for i in cutlass.range_constexpr(EPILOGUE_COLUMNS):
-                    total[i] = total[i] + quads[i // 4][i % 4]
 
     @cute.jit
     def _store_rows(self, values, first_row, rows, odd):
@@ -2685,28 +2384,15 @@ class Sm100GroupedGemm:
             word = row_pair_word(pack_f16x2(values[2 * p], values[2 * p + 1]), odd, 1)
             store_words_if(address + cutlass.Int64(2 * p) * n * 2, (word,), rows_left, 2 * p, 0)
 
-    def _slot(self, slots, part, chunk):
-        """Where this lane's 4 columns 32 * chunk + 4q .. + 3 of a CTA's partial of `part` sit, for
-        q = 0 (q adds CTA_WEIGHT_ROWS * 16 bytes); slots = (args, the tile's first slot, warp, lane,
-        CTA in the worker). A slot holds each CTA's 128 rows x 128 columns of fp32, ordered (column //
-        4, row, column % 4), so a warp's 16-byte accesses to 4 columns are 512 contiguous bytes."""
-        args, first_slot, warp_idx, lane, cta_in_worker = slots
-        cta_slot = (first_slot + part) * self.cta_group + cta_in_worker
-        column_quads = chunk * (EPILOGUE_COLUMNS // 4)
-        return args.workspace + (
-            cutlass.Int64(cta_slot) * PARTIAL_CTA_BYTES + (column_quads * CTA_WEIGHT_ROWS + 32 * warp_idx + lane) * 16
-        )
-
-    def _c_store_partitions(self, acc_tmem_ptr, warp_idx, sC, c_store):
-        """The "tma" epilogue's partitions, as NVIDIA's epilog_tmem_copy_and_partition,
+    def _staged_c(self, acc_tmem_ptr, warp_idx, sC, c_store):
+        """_StagedC: the staged epilogue's partitions, as NVIDIA's epilog_tmem_copy_and_partition,
         epilog_smem_copy_and_partition and epilog_gmem_copy_and_partition build them for an M-major
-        C (None with the other epilogues): the TMEM-load atom get_tmem_load_op picks (tcgen05.ld
+        C (None with epilogue="atoms"): the TMEM-load atom get_tmem_load_op picks (tcgen05.ld
         16x256b: thread t of a warp holds rows t / 4 and t / 4 + 8 of each 16, columns 2 (t % 4) +
         {0, 1} of each 8), the stmatrix.trans atom get_smem_store_op pairs with it, and the TMA
         store of this warp's box (its 32 weight rows x 32 tokens; the warps' boxes are disjoint, so
-        each warp stores its own and no named barrier joins them). `load(stage, chunk)` returns
-        this thread's fp32 values of 32 token columns."""
-        if not self.c_staging:
+        each warp stores its own and no named barrier joins them)."""
+        if not self.tma_last:
             return None
         c_atoms, tma_c = c_store
         tidx = 32 * warp_idx + cute.arch.lane_idx()
@@ -2749,30 +2435,17 @@ class Sm100GroupedGemm:
         c_pipeline = pipeline.PipelineTmaStore.create(
             num_stages=self.c_stages, producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 32)
         )
-
-        def issue_load(stage, chunk, into: int = 0):
-            """tcgen05.ld of the chunk's columns into fragment `into` (not waited for)."""
-            cute.copy(t2r_b32, tTR_tAcc[(None, None, None, 0, chunk, stage)], tTR_rAcc[into])
-
-        def bits(into: int = 0):
-            """Fragment `into`: the accumulator's b32 values (valid after tcgen05.wait::ld)."""
-            return tTR_rAcc[into]
-
-        def load(stage, chunk):
-            issue_load(stage, chunk)
-            cute.arch.fence_view_async_tmem_load()  # tcgen05.wait::ld: the registers hold the columns
-            return cute.recast_tensor(tTR_rAcc[0], ACC_DTYPE)
-
-        return SimpleNamespace(
-            load=load, issue_load=issue_load, bits=bits, chunks=chunks, batch=len(tTR_rAcc), fragment=fragment, r2s=r2s,
-            r2s_registers=tRS_rC, c_words=cute.recast_tensor(tTR_rC, cutlass.Int32), r2s_smem=tRS_sC, smem=bSG_sC, gmem=bSG_gC, atoms=c_atoms, pipeline=c_pipeline,
+        return _StagedC(
+            chunks=chunks, batch=len(tTR_rAcc), t2r=t2r_b32, tTR_tAcc=tTR_tAcc, tTR_rAcc=tTR_rAcc, r2s=r2s,
+            r2s_registers=tRS_rC, c_words=cute.recast_tensor(tTR_rC, cutlass.Int32), r2s_smem=tRS_sC, smem=bSG_sC,
+            gmem=bSG_gC, atoms=c_atoms, pipeline=c_pipeline,
         )
 
-    def _tmem_load_atoms(self, acc_tmem_ptr, warp_idx):
-        """The "atoms" epilogue's TMEM load, as NVIDIA's example builds it: the widest variant's
-        accumulators divided into 32-column epilogue tiles, a tiled copy of the library's
-        Ld32x32bOp (x32) over them, partitioned for this thread. Returns load(stage, chunk) ->
-        the 32 fp32 columns of this thread's lane (None with the "ptx" epilogue)."""
+    def _atom_load(self, acc_tmem_ptr, warp_idx):
+        """_AtomLoad: the "atoms" epilogue's TMEM load, as NVIDIA's example builds it: the widest
+        variant's accumulators divided into 32-column epilogue tiles, a tiled copy of the library's
+        Ld32x32bOp (x32) over them, partitioned for this thread (None with "tma_last", which loads
+        by inline tcgen05.ld)."""
         if self.config.epilogue != "atoms":
             return None
         # A fresh MMA: the MMA warp's instances carry its runtime fields (scale addresses).
@@ -2783,17 +2456,13 @@ class Sm100GroupedGemm:
         atom = cute.make_copy_atom(tcgen05.Ld32x32bOp(tcgen05.Repetition.x32), ACC_DTYPE)
         tiled_copy = tcgen05.make_tmem_copy(atom, epilogue_tiles[(None, None, 0, 0, 0)])
         thread = tiled_copy.get_slice(32 * warp_idx + cute.arch.lane_idx())
-        sources = thread.partition_S(epilogue_tiles)  # (T2R, T2R_M, T2R_N, 1, chunks, ACC_STAGE)
         # This thread's values, in the shape of its share of one (128, 32) epilogue tile.
         coordinates = thread.partition_D(cute.make_identity_tensor((CTA_WEIGHT_ROWS, EPILOGUE_COLUMNS)))
-        registers = cute.make_rmem_tensor(coordinates.shape, ACC_DTYPE)
-
-        def load(stage, chunk):
-            cute.copy(tiled_copy, sources[(None, None, None, 0, chunk, stage)], registers)
-            cute.arch.fence_view_async_tmem_load()  # tcgen05.wait::ld: the registers hold the columns
-            return [registers[i] for i in range(EPILOGUE_COLUMNS)]
-
-        return load
+        return _AtomLoad(
+            tiled_copy=tiled_copy,
+            sources=thread.partition_S(epilogue_tiles),  # (T2R, T2R_M, T2R_N, 1, chunks, ACC_STAGE)
+            registers=cute.make_rmem_tensor(coordinates.shape, ACC_DTYPE),
+        )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -2805,7 +2474,7 @@ def _sm100_args_layout(num_groups: int) -> LaunchArgs:
     """Empty launch arguments of the B200 kernel for `num_groups` groups (compiling needs only
     their layout)."""
     return LaunchArgs(
-        num_groups, addresses=("tiles", "worker_tiles", "workspace", "partial_counts"),
+        num_groups, addresses=("tiles", "worker_tiles"),
         integers=("num_tiles", "num_workers", "warmers", "warm_k_tiles", "self_warm_k_tiles"),
     )
 
@@ -2849,12 +2518,7 @@ def sm100_launch_args(sizes, device, config: Sm100Config):
     args.set("warmers", warmers)
     args.set("warm_k_tiles", warm_k_tiles)
     args.set("self_warm_k_tiles", self_warm_k_tiles)
-    workspace, partial_counts = partial_scratch(
-        records, config.cta_group * PARTIAL_CTA_BYTES, config.cta_group * len(EPILOGUE_WARPS), device
-    )
-    args.set("workspace", workspace.data_ptr())
-    args.set("partial_counts", partial_counts.data_ptr())
-    return args, (tiles, worker_tiles, workspace, partial_counts), config
+    return args, (tiles, worker_tiles), config
 
 
 # What warmers may bring into L2 for one call: a quarter of the B200's 126.5 MiB, so that the call

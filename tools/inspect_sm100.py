@@ -26,11 +26,12 @@ Each field of the configuration must show in the PTX (config_problems): cta_grou
 `cta_group::2` and no `.multicast::cluster` anywhere (no pair); multicast on needs a multicast TMA
 load (cp.async.bulk.tensor...multicast::cluster), off forbids one (a 2-CTA tcgen05.commit still
 multicasts its arrival); pdl needs griddepcontrol, off forbids it; l2_hints needs createpolicy,
-off forbids it; prefetch needs prefetch.tensormap, off forbids it; epilogue "ptx" loads TMEM by
-inline tcgen05.ld, "atoms" and "tma" by none; "tma" stores C by TMA (UTMASTG in the SASS), "ptx"
-and "atoms" by none; "tma_last" does both (inline loads, and TMA stores for a worker's last tile). So SM100_SAFE has no cta_group::2, no .multicast::cluster,
-no griddepcontrol and no createpolicy. token_variants, descriptors and jobs have no single
-PTX mark; their compiles get every other check.
+off forbids it; epilogue "tma_last" loads TMEM by inline tcgen05.ld and stores a worker's last
+tile by TMA (UTMASTG in the SASS), "atoms" does neither. Every GEMM kernel prefetches its first
+record's descriptors (prefetch.tensormap). So SM100_SAFE has no cta_group::2, no
+.multicast::cluster, no griddepcontrol and no createpolicy. token_variants, descriptors, jobs,
+warmers, self_warm, cluster_pairs and lean_walk have no single PTX mark; their compiles get every
+other check.
 Exit status: 0 all good, 1 a check failed, 2 bad use or cuobjdump/nvdisasm missing.
 `--keep DIR` writes, per compiled module, gG_cI.cubin, .ptx and .sass (the full SASS) into DIR;
 with several --config, into DIR/CONFIG/ (CONFIG as the table's config column writes it).
@@ -232,7 +233,6 @@ SWITCH_MARKS = (
     ("tma_load_multicast", "multicast TMA load (cp.async.bulk.tensor .multicast::cluster)", "multicast"),
     ("griddepcontrol", "griddepcontrol", "pdl"),
     ("createpolicy", "createpolicy", "l2_hints"),
-    ("prefetch_tensormap", "prefetch.tensormap", "prefetch"),
 )
 
 
@@ -249,13 +249,15 @@ def config_problems(kernel: Kernel, config) -> list[str]:
             if counts[count]:
                 found.append(f"cta_group=1 but {counts[count]} {what}")
     if kernel.issues_mma:
-        if config.epilogue in ("ptx", "tma_last") and not counts["inline_tmem_load"]:
+        if not counts["prefetch_tensormap"]:
+            found.append("no prefetch.tensormap (the TMA warp prefetches its first record's descriptors)")
+        if config.epilogue == "tma_last" and not counts["inline_tmem_load"]:
             found.append(f"epilogue={config.epilogue} but no inline-asm tcgen05.ld")
-        elif config.epilogue in ("atoms", "tma") and counts["inline_tmem_load"]:
+        elif config.epilogue == "atoms" and counts["inline_tmem_load"]:
             found.append(f"epilogue={config.epilogue} but {counts['inline_tmem_load']} inline-asm tcgen05.ld")
-        if config.epilogue in ("tma", "tma_last") and not counts["UTMASTG"]:
+        if config.epilogue == "tma_last" and not counts["UTMASTG"]:
             found.append(f"epilogue={config.epilogue} but no TMA store (UTMASTG)")
-        elif config.epilogue in ("ptx", "atoms") and counts["UTMASTG"]:
+        elif config.epilogue == "atoms" and counts["UTMASTG"]:
             found.append(f"epilogue={config.epilogue} but {counts['UTMASTG']} TMA store(s) (UTMASTG)")
     return found
 
