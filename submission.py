@@ -1232,13 +1232,38 @@ class Sm100Config:
         object.__setattr__(self, "token_variants", tuple(self.token_variants))
         unmet = self.unmet_needs()
         if unmet:
-            raise ValueError("; ".join(f"{_setting(name, value)} needs {_setting(needed, needed_value)}"
-                                       for name, value, needed, needed_value in unmet)
-                             + ": change one side of each")
+            raise ValueError("; ".join(
+                f"{_setting(needed, getattr(self, needed))} cannot run {_setting(name, value)}: set "
+                f"{_setting(name, off)}, or {_setting(needed, needed_value)}"
+                for name, value, off, needed, needed_value in unmet
+            ))
 
-    def unmet_needs(self) -> list:
-        """The rows of NEEDS this configuration breaks."""
-        return [need for need in NEEDS if getattr(self, need[0]) == need[1] and getattr(self, need[2]) != need[3]]
+    def unmet_needs(self, values: dict | None = None) -> list:
+        """The rows of NEEDS this configuration (or `values`, field -> value) breaks."""
+        values = self.__dict__ if values is None else values
+        return [need for need in NEEDS if values[need[0]] == need[1] and values[need[3]] != need[4]]
+
+    def with_needs(self, **changes) -> "Sm100Config":
+        """This configuration with `changes` and what they need, for tools that flip one switch
+        (tools/check.py's bisection, tools/b200_model.py's table): a switch whose need a change takes
+        away goes to its value without it (cta_group=1 turns multicast and the clusters off and drops
+        the 192-token variant), and the need of a switch a change turns on is met (multicast=on
+        brings cta_group=2). What it returns says every change (describe()); the kernel itself never
+        rewrites a configuration. ValueError if two changes conflict."""
+        values = {**self.__dict__, **changes}
+        fixed = set(changes)
+        while True:
+            unmet = self.unmet_needs(values)
+            if not unmet:
+                return dataclasses.replace(self, **values)
+            name, _, off, needed, needed_value = unmet[0]
+            if name not in fixed:
+                values[name] = off
+            elif needed not in fixed:
+                values[needed] = needed_value
+                fixed.add(needed)
+            else:
+                return dataclasses.replace(self, **values)  # refused: the ValueError names both
 
     @property
     def weight_rows(self) -> int:
@@ -1332,13 +1357,14 @@ class Sm100Config:
         return min(options, key=lambda text: text.count(","))
 
 
-# What a switch needs, (switch, value, needed switch, its value): a configuration that breaks a row is
-# refused. A pair (cta_group 2) is what multicast shares with and what a 192-token tile's two scale
-# blocks are multicast within; two pairs share their tokens by multicast.
+# What a switch needs, (switch, value, its value without the need, needed switch, its value): a
+# configuration that breaks a row is refused. A pair (cta_group 2) is what multicast shares with and
+# what a 192-token tile's two scale blocks are multicast within; two pairs share their tokens by
+# multicast.
 NEEDS = (
-    ("multicast", True, "cta_group", 2),
-    ("cluster_pairs", 2, "multicast", True),
-    ("token_variants", (64, 128, 192), "cta_group", 2),
+    ("multicast", True, False, "cta_group", 2),
+    ("cluster_pairs", 2, 1, "multicast", True),
+    ("token_variants", (64, 128, 192), (64, 128), "cta_group", 2),
 )
 _FIELD_SYNTAX = {bool: "on or off", int: "an integer", tuple: "token widths as 64/128"}
 
@@ -1463,7 +1489,7 @@ def sm100_shape_config(sizes, num_workers: int, config: Sm100Config, num_cluster
         shape = sm100_schedule_shape(candidate)
         records, offsets = sm100_schedule(sizes, num_workers, candidate, num_clusters)
         widths = [candidate.token_variants[r[3]] for r in records]
-        loads = [_added_in_order(shape.tile_cost(widths[i], records[i][6] - records[i][8])
+        loads = [_added_in_order(shape.tile_cost(widths[i], records[i][6])
                                  for i in range(row[0], row[-1]))
                  for row in offsets]
         return max(loads), max(widths), len(offsets)

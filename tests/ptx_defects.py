@@ -21,10 +21,6 @@ DEFECT (each fails loudly when the PTX has nothing to change):
                      memory end, while a TMA store still reads the C staging buffer
   sf-column          the scale-factor-A tensor-memory address of every tcgen05.mma is one column further
   oob-global         the first instruction of the kernel body loads 4 bytes from global address 16
-  relaxed-count      every `atom.acq_rel` becomes `atom.relaxed` (stream-K's count no longer releases the
-                     part's partial nor acquires the others')
-  relaxed-peek       every `ld.acquire` becomes `ld.relaxed` (stream-K's first part peeks at the count
-                     without acquiring the partials counted in before)
 """
 
 from __future__ import annotations
@@ -180,27 +176,11 @@ def oob_global(ptx: str) -> str:
     return ptx[:m.end()] + insert + ptx[m.end():]
 
 
-def _weaken(ptx: str, strong: str, weak: str, what: str) -> str:
-    out, count = re.subn(rf"\b{re.escape(strong)}\b", weak, ptx)
-    if not count:
-        raise NothingToPlant(f"no {what}")
-    return out
-
-
-def relaxed_count(ptx: str) -> str:
-    return _weaken(ptx, "atom.acq_rel", "atom.relaxed", "atom.acq_rel")
-
-
-def relaxed_peek(ptx: str) -> str:
-    return _weaken(ptx, "ld.acquire", "ld.relaxed", "ld.acquire")
-
-
 DEFECTS = {"expect-tx": expect_tx, "no-empty-wait": no_empty_wait, "no-full-wait": no_full_wait,
            "no-acc-full-wait": no_acc_full_wait, "early-acc-release": early_acc_release,
            "no-proxy-fence": no_proxy_fence, "no-mbarrier-init-fence": no_mbarrier_init_fence,
            "no-store-read-wait": no_store_read_wait, "no-exit-store-wait": no_exit_store_wait,
-           "sf-column": sf_column, "oob-global": oob_global,
-           "relaxed-count": relaxed_count, "relaxed-peek": relaxed_peek}
+           "sf-column": sf_column, "oob-global": oob_global}
 
 
 def main() -> int:

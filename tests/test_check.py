@@ -295,22 +295,34 @@ def switch_lines(lines):
 
 
 def test_two_switches_that_hang_only_together_are_named_and_avoided():
-    found, lines, runs = bisect_with(lambda config, case: config.cta_group == 2 and config.multicast)
+    found, lines, runs = bisect_with(lambda config, case: config.pdl and config.l2_hints)
     assert switch_lines(lines) == [
-        "break m7 together: cta_group=2 with multicast=on (undoing any one passes; none makes SM100_SAFE fail alone)"]
-    assert found == submission.Sm100Config.parse("shipped,multicast=off")  # one switch changed, passes
-    assert lines[-3:] == advice("shipped,multicast=off,cluster_pairs=1")
+        "break m7 together: pdl=on with l2_hints=on (undoing any one passes; none makes SM100_SAFE fail alone)"]
+    assert found == submission.Sm100Config.parse("shipped,l2_hints=off")  # one switch changed, passes
+    assert lines[-3:] == advice("shipped,l2_hints=off")
     assert lines[0] == "bisecting m7 (HANG under shipped), each run in its own process:"
     assert lines[1].split() == ["configuration", "run", "verdict", "seconds"]
     assert lines[2].split() == ["safe", "m7", "PASS", "1.0"]
-    assert any(line.split() == ["shipped,cta_group=1,token_variants=64/128,multicast=off,cluster_pairs=1", "m7", "PASS", "1.0"] for line in lines)
-    assert any(line.split() == ["shipped,pdl=off", "m7", "HANG", "2.0"] for line in lines)
-    assert lines[-5].split() == ["shipped,multicast=off,cluster_pairs=1", "ladder", f"({len(CASES)})", "PASS", f"{len(CASES):.1f}"]
-    # Every configuration ran each case at most once, in its own run; safe with multicast=on is safe
-    # (cta_group 1 turns it off), so it was not run again.
+    assert any(line.split() == ["shipped,pdl=off", "m7", "PASS", "1.0"] for line in lines)
+    assert any(line.split() == ["shipped,epilogue=atoms", "m7", "HANG", "2.0"] for line in lines)
+    assert lines[-5].split() == ["shipped,l2_hints=off", "ladder", f"({len(CASES)})", "PASS", f"{len(CASES):.1f}"]
+    # Every configuration ran each case at most once, in its own run.
     assert len(runs) == len(set(runs)) and runs[0] == ("safe", "m7")
-    assert ("safe", "m7") in runs and runs.count(("safe", "m7")) == 1
     assert not any(config == "shipped" for config, _ in runs)  # known to fail: never rerun
+
+
+def test_a_switch_flips_with_what_it_needs_and_the_row_says_so():
+    """multicast needs a pair and clusters of two pairs need multicast (submission.NEEDS): undoing
+    cta_group from shipped turns both off, and safe with multicast=on or cluster_pairs=2 brings what they
+    need. Each row names every switch that ran; a kernel broken by multicast is pinned on it alone."""
+    found, lines, runs = bisect_with(lambda config, case: config.multicast)
+    assert ("shipped,cta_group=1,token_variants=64/128,multicast=off,cluster_pairs=1", "m7") in runs
+    assert ("safe,cta_group=2,multicast=on", "m7") in runs
+    assert ("safe,cta_group=2,multicast=on,cluster_pairs=2", "m7") in runs
+    assert switch_lines(lines) == ["breaks m7 alone (each makes SM100_SAFE fail): multicast=on, cluster_pairs=2"]
+    assert found.describe() == "shipped,multicast=off,cluster_pairs=1"
+    for config, _ in runs:
+        submission.Sm100Config.parse(config)  # every row parses back: nothing ran that a user could not ask for
 
 
 def test_a_single_switch_that_breaks_is_named_and_only_it_is_undone():
@@ -324,9 +336,8 @@ def test_when_only_safe_passes_safe_is_the_answer():
     found, lines, _ = bisect_with(lambda config, case: config != SAFE)
     named = switch_lines(lines)[0]
     assert named.startswith("breaks m7 alone (each makes SM100_SAFE fail): ")
-    # safe with multicast=on or cluster_pairs=2 is safe (no pair to multicast to, none to cluster): neither
-    # can be blamed alone.
-    assert set(named.split(": ")[1].split(", ")) == set(SHIPPED.changes_from(SAFE)) - {"multicast=on", "cluster_pairs=2"}
+    # every switch of shipped, flipped alone onto safe (with what it needs), makes safe fail
+    assert set(named.split(": ")[1].split(", ")) == set(SHIPPED.changes_from(SAFE))
     assert found == SAFE and lines[-3:] == advice("safe")
 
 

@@ -120,11 +120,8 @@ def test_config_reaches_the_hopper_switches(monkeypatch):
     assert submission.sm100_config().pdl is False and sm90_kernel.SCHEDULE.jobs == "tiles"
     emulate.hopper_config(submission, "shipped,jobs=weight_blocks")
     assert submission.sm100_config().pdl is True and sm90_kernel.SCHEDULE.jobs == "weight_blocks"
-    # jobs=stream turns the B200's warmers off too: that is jobs' doing, not a foreign change
-    emulate.hopper_config(submission, "shipped,jobs=stream")
-    assert sm90_kernel.SCHEDULE.jobs == "stream"
-    with pytest.raises(ValueError, match="multicast has no counterpart"):
-        emulate.hopper_config(submission, "shipped,multicast=off")
+    with pytest.raises(ValueError, match="l2_hints has no counterpart"):
+        emulate.hopper_config(submission, "shipped,l2_hints=off")
     with pytest.raises(ValueError, match="warmers has no counterpart"):
         emulate.hopper_config(submission, "shipped,warmers=off")
 
@@ -145,21 +142,9 @@ def test_task_and_edge_shapes(mode, seed):
 
 
 @pytest.mark.long
-@pytest.mark.parametrize("config", ["shipped,pdl=off", "shipped,jobs=weight_blocks", "shipped,jobs=hybrid",
-                                    "shipped,jobs=stream"])
+@pytest.mark.parametrize("config", ["shipped,pdl=off", "shipped,jobs=weight_blocks", "shipped,jobs=hybrid"])
 def test_each_hopper_switch(config):
     assert_all_pass(EDGE_SPECS, config=config, mode="adversarial", seed=5)
-
-
-@pytest.mark.long
-@pytest.mark.parametrize("mode, seed", [("eager", 0), ("adversarial", 6)])
-def test_stream_k_parts_sum_to_the_reference(mode, seed):
-    """jobs=stream on the Hopper kernel: at 3 SMs the first shape's one tile is cut in 3 parts, which sum
-    their partials through the workspace (the count's acq_rel), with race detection on."""
-    rc, verdict, out = emulate(["m: [40]; n: [128]; k: [2048]; g: 1; seed: 31",
-                                "m: [129, 7]; n: [256, 128]; k: [1024, 2048]; g: 2; seed: 32"],
-                               config="shipped,jobs=stream", mode=mode, seed=seed, races=True)
-    assert rc == 0 and verdict.startswith("PASS") and "races=0" in verdict, out[-4000:]
 
 
 @pytest.mark.long

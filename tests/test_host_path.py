@@ -142,3 +142,54 @@ def test_a_malformed_config_line_is_one_line_naming_the_text():
         submission.sm100_rung("bogus")
     with pytest.raises(ValueError, match="builds no kernel"):
         submission.sm100_config("cublas")
+
+
+# ---------------------------------------------------------------- configurations: refused, never rewritten
+
+
+@pytest.mark.parametrize("text, message", [
+    ("shipped,cta_group=1",
+     "cta_group=1 cannot run multicast=on: set multicast=off, or cta_group=2; "
+     "cta_group=1 cannot run token_variants=64/128/192: set token_variants=64/128, or cta_group=2"),
+    ("shipped,multicast=off", "multicast=off cannot run cluster_pairs=2: set cluster_pairs=1, or multicast=on"),
+    ("safe,cluster_pairs=2", "multicast=off cannot run cluster_pairs=2: set cluster_pairs=1, or multicast=on"),
+    ("safe,token_variants=64/128/192",
+     "cta_group=1 cannot run token_variants=64/128/192: set token_variants=64/128, or cta_group=2"),
+])
+def test_a_configuration_that_cannot_run_is_refused_in_one_line_naming_the_switches(text, message):
+    """Issue 47, item 2: every row of NEEDS that a configuration breaks is named, with what to change;
+    nothing is rewritten behind the user's back."""
+    with pytest.raises(ValueError) as refused:
+        submission.Sm100Config.parse(text)
+    assert str(refused.value) == message and "\n" not in str(refused.value)
+    with pytest.raises(ValueError, match=r"^SM100_CONFIG = .*: " + message.split(":")[0]):
+        submission.sm100_rung(text)
+
+
+def test_what_a_configuration_says_is_what_it_holds():
+    """Every field parses back to what was asked: the named configurations and each with_needs flip."""
+    for config in (submission.SM100_SHIPPED, submission.SM100_SAFE):
+        assert submission.Sm100Config.parse(config.describe()) == config
+        assert not config.unmet_needs()
+    flip = submission.SM100_SHIPPED.with_needs(cta_group=1)
+    assert flip.describe() == "shipped,cta_group=1,token_variants=64/128,multicast=off,cluster_pairs=1"
+    assert submission.SM100_SAFE.with_needs(cluster_pairs=2).describe() == "safe,cta_group=2,multicast=on,cluster_pairs=2"
+    # a change the caller made is kept: asking for both sides of a need is refused, not resolved
+    with pytest.raises(ValueError, match="cta_group=1 cannot run multicast=on"):
+        submission.SM100_SHIPPED.with_needs(cta_group=1, multicast=True)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("shipped,pdl=maybe", "'pdl=maybe': pdl is on or off"),
+    ("shipped,cta_group=two", "'cta_group=two': cta_group is an integer"),
+    ("shipped,token_variants=64/x", "'token_variants=64/x': token_variants is token widths as 64/128"),
+    ("shipped,prefetch=on", "'prefetch=on': expected field=value with a field of cta_group, token_variants, "
+                            "multicast, pdl, l2_hints, epilogue, descriptors, jobs, warmers, self_warm, cluster_pairs, "
+                            "lean_walk"),
+    ("shipped,epilogue=tma", "epilogue must be one of ('tma_last', 'atoms'), got 'tma'"),
+    ("shipped,jobs=stream", "jobs must be one of ('tiles', 'weight_blocks', 'hybrid'), got 'stream'"),
+])
+def test_a_malformed_or_retired_field_is_one_line(text, message):
+    with pytest.raises(ValueError) as refused:
+        submission.Sm100Config.parse(text)
+    assert str(refused.value) == message

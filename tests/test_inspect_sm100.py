@@ -234,11 +234,10 @@ def test_shipped_and_safe_ptx_meet_their_configurations():
 
 
 @pytest.mark.parametrize("text, problem", [
-    ("shipped,multicast=off", "multicast=off but 1 multicast TMA load (cp.async.bulk.tensor .multicast::cluster)"),
+    ("shipped,multicast=off,cluster_pairs=1",
+     "multicast=off but 1 multicast TMA load (cp.async.bulk.tensor .multicast::cluster)"),
     ("shipped,pdl=off", "pdl=off but 2 griddepcontrol"),
     ("shipped,l2_hints=off", "l2_hints=off but 1 createpolicy"),
-    ("shipped,prefetch=off", "prefetch=off but 1 prefetch.tensormap"),
-    ("shipped,epilogue=ptx", "epilogue=ptx but 4 TMA store(s) (UTMASTG)"),
 ])
 def test_a_switch_turned_off_fails_on_ptx_that_still_has_it(text, problem):
     assert tool.kernel_problems(kernel_of_ptx(SHIPPED_GEMM_PTX), config(text)) == [problem]
@@ -247,31 +246,28 @@ def test_a_switch_turned_off_fails_on_ptx_that_still_has_it(text, problem):
 @pytest.mark.parametrize("text, problem", [
     ("safe,pdl=on", "pdl=on but no griddepcontrol"),
     ("safe,l2_hints=on", "l2_hints=on but no createpolicy"),
-    ("safe,epilogue=ptx", "epilogue=ptx but no inline-asm tcgen05.ld"),
 ])
 def test_a_switch_turned_on_fails_on_ptx_without_it(text, problem):
     assert tool.kernel_problems(kernel_of_ptx(SAFE_GEMM_PTX), config(text)) == [problem]
 
 
-def test_the_tma_epilogue_needs_a_tma_store_and_no_inline_tmem_load():
-    assert tool.kernel_problems(kernel_of_ptx(SHIPPED_GEMM_PTX, tma_stores=0), config("shipped,epilogue=tma")) == [
-        "epilogue=tma but 1 inline-asm tcgen05.ld", "epilogue=tma but no TMA store (UTMASTG)"]
-    stored = kernel_of_ptx(SAFE_GEMM_PTX)
-    stored.counts["UTMASTG"] = 4
-    assert tool.kernel_problems(stored, config("safe,epilogue=tma")) == []
-    assert tool.kernel_problems(stored, config("safe")) == ["epilogue=atoms but 4 TMA store(s) (UTMASTG)"]
-    # tma_last: "ptx" loads for every tile but the last, TMA stores for the last
+def test_each_epilogue_shows_its_tmem_loads_and_tma_stores():
+    """tma_last: inline tcgen05.ld for every tile but the last, TMA stores for the last; atoms: neither."""
     assert tool.kernel_problems(kernel_of_ptx(SHIPPED_GEMM_PTX, tma_stores=0), config("shipped")) == [
         "epilogue=tma_last but no TMA store (UTMASTG)"]
-    assert tool.kernel_problems(kernel_of_ptx(SHIPPED_GEMM_PTX), config("shipped,epilogue=ptx")) == [
-        "epilogue=ptx but 4 TMA store(s) (UTMASTG)"]
+    assert tool.kernel_problems(kernel_of_ptx(SHIPPED_GEMM_PTX), config("shipped,epilogue=atoms")) == [
+        "epilogue=atoms but 1 inline-asm tcgen05.ld", "epilogue=atoms but 4 TMA store(s) (UTMASTG)"]
+    stored = kernel_of_ptx(SAFE_GEMM_PTX)
+    stored.counts["UTMASTG"] = 4
+    assert tool.kernel_problems(stored, config("safe")) == ["epilogue=atoms but 4 TMA store(s) (UTMASTG)"]
     assert tool.kernel_problems(stored, config("safe,epilogue=tma_last")) == [
         "epilogue=tma_last but no inline-asm tcgen05.ld"]
 
 
-def test_prefetch_on_fails_on_ptx_without_it():
+def test_a_gemm_without_the_descriptor_prefetch_fails():
     no_prefetch = SAFE_GEMM_PTX.replace("\tprefetch.tensormap [%rd58];\n", "")
-    assert tool.kernel_problems(kernel_of_ptx(no_prefetch), config("safe")) == ["prefetch=on but no prefetch.tensormap"]
+    assert tool.kernel_problems(kernel_of_ptx(no_prefetch), config("safe")) == [
+        "no prefetch.tensormap (the TMA warp prefetches its first record's descriptors)"]
 
 
 def test_the_mma_must_be_of_the_configurations_cta_group():
@@ -280,7 +276,8 @@ def test_the_mma_must_be_of_the_configurations_cta_group():
     assert tool.kernel_problems(kernel_of_ptx(SAFE_GEMM_PTX), config("safe,cta_group=2,multicast=on")) == [
         "tcgen05.mma is not cta_group::2 (0 of 1 are)",
         "multicast=on but no multicast TMA load (cp.async.bulk.tensor .multicast::cluster)"]
-    assert tool.kernel_problems(kernel_of_ptx(SHIPPED_GEMM_PTX), config("shipped,cta_group=1")) == [
+    assert tool.kernel_problems(kernel_of_ptx(SHIPPED_GEMM_PTX),
+                                config("shipped,cta_group=1,token_variants=64/128,multicast=off,cluster_pairs=1")) == [
         "tcgen05.mma is not cta_group::1 (0 of 1 are)",
         "multicast=off but 1 multicast TMA load (cp.async.bulk.tensor .multicast::cluster)",
         "cta_group=1 but 4 cta_group::2", "cta_group=1 but 2 .multicast::cluster"]
@@ -323,11 +320,11 @@ def test_configurations_follow_the_submission():
 
 # ---------------------------------------------------------------- every configuration compiled (CPU)
 
-# Each switch of SM100_SHIPPED flipped alone: toward SM100_SAFE's value, and for `jobs` (the same in
-# both) each other policy.
-SINGLE_SWITCHES = ("cta_group=1", "token_variants=64/128", "token_variants=128", "multicast=off", "pdl=off", "l2_hints=off", "epilogue=atoms",
-                   "epilogue=tma", "epilogue=ptx", "descriptors=branch", "prefetch=off", "jobs=hybrid",
-                   "jobs=weight_blocks", "jobs=stream", "l2_prefetch=on", "warmers=off", "self_warm=off",
+# Each switch of SM100_SHIPPED flipped alone, with what the flip needs (submission.NEEDS): toward
+# SM100_SAFE's value, and for `jobs` and `token_variants` each other value.
+SINGLE_SWITCHES = ("cta_group=1,token_variants=64/128,multicast=off,cluster_pairs=1", "token_variants=64/128",
+                   "token_variants=128", "multicast=off,cluster_pairs=1", "pdl=off", "l2_hints=off", "epilogue=atoms",
+                   "descriptors=branch", "jobs=hybrid", "jobs=weight_blocks", "warmers=off", "self_warm=off",
                    "cluster_pairs=1", "lean_walk=off")
 COVERAGE = (  # (--groups, --config ...): issue 14's list
     ("1,2,3,4,5,8,16,32", ("shipped",)),
@@ -342,18 +339,12 @@ def test_single_switches_flip_every_field_toward_safe():
 
     flipped = {}
     for text in SINGLE_SWITCHES:
-        field, _, _ = text.partition("=")
+        field, _, value_text = text.split(",")[0].partition("=")
         value = getattr(config(text), field)
         flipped.setdefault(field, []).append(value)
-        # cta_group=1 also turns multicast, clusters of two pairs and the 192-token variant off (no pair),
-        # multicast=off the clusters (they share tokens by multicast), jobs=stream the 192-token variant (its
-        # partials are 128 wide), warmers and lean_walk (they spill there), self_warm (a first record may be a
-        # later part of K) and the clusters (a part is one pair's): nothing else changes.
-        implied = {"cta_group=1": ["token_variants=64/128", "multicast=off", "cluster_pairs=1"],
-                   "multicast=off": ["cluster_pairs=1"],
-                   "jobs=stream": ["token_variants=64/128", "warmers=off", "self_warm=off", "cluster_pairs=1",
-                                   "lean_walk=off"]}.get(text, [])
-        assert sorted(config(text).changes_from(SM100_SHIPPED)) == sorted([text] + implied)
+        # the text is the flip with exactly what it needs, nothing else
+        assert config(text) == SM100_SHIPPED.with_needs(**{field: value}), text
+        assert sorted(config(text).changes_from(SM100_SHIPPED)) == sorted(text.split(","))
     assert set(flipped) == {field.name for field in dataclasses.fields(Sm100Config)}
     for field, values in flipped.items():
         if getattr(SM100_SAFE, field) != getattr(SM100_SHIPPED, field):

@@ -48,31 +48,16 @@ SHAPES = {
 }
 
 
-def check_parts(sizes, records, offsets, k_step):
-    """The records cover every tile's K exactly once: a whole tile in one record (WHOLE_K), a cut
-    tile in `parts` records of consecutive k ranges (on k_step) on distinct workers, numbered 0 ..
-    parts - 1 in K order, sharing first_slot; cut tiles' slots do not overlap. Returns the number of
-    cut tiles."""
-    tiles = {}
-    for worker, row in enumerate(offsets):
+def check_records(sizes, records, offsets):
+    """Every record runs its tile's whole K, and no tile has two records."""
+    tiles = set()
+    for row in offsets:
         for record in records[row[0]:row[-1]]:
-            g, n0, t0, _, _, n, k_end, _, k_begin, parts, part, first_slot = record
-            assert 0 <= k_begin < k_end <= sizes[g][2] and k_begin % k_step == 0 and k_end % k_step == 0
-            tiles.setdefault((g, n0, t0), []).append((part, k_begin, k_end, parts, first_slot, worker))
-    slots = set()
-    for (g, _, _), parts in tiles.items():
-        parts.sort()
-        count, first_slot = parts[0][3], parts[0][4]
-        assert [p[0] for p in parts] == list(range(count)) and {(p[3], p[4]) for p in parts} == {(count, first_slot)}
-        assert parts[0][1] == 0 and parts[-1][2] == sizes[g][2]
-        assert all(a[2] == b[1] for a, b in zip(parts, parts[1:]))
-        if count == 1:
-            assert first_slot == -1
-        else:
-            assert 1 < count <= submission.STREAM_MAX_PARTS and len({p[5] for p in parts}) == count
-            assert not slots & set(range(first_slot, first_slot + count))
-            slots |= set(range(first_slot, first_slot + count))
-    return sum(1 for parts in tiles.values() if len(parts) > 1)
+            assert len(record) == len(submission.RECORD_FIELDS)
+            g, n0, t0 = record[:3]
+            assert record[6] == sizes[g][2]
+            assert (g, n0, t0) not in tiles
+            tiles.add((g, n0, t0))
 
 
 def walk_b200(sizes, records, offsets, config):
@@ -80,14 +65,11 @@ def walk_b200(sizes, records, offsets, config):
     (an SM pair, an SM with cta_group 1, or a cluster of two pairs with cluster_pairs 2) runs its
     records in order; CTA r of its pair p holds weight rows n0 + 256 p + 128 r .. + 127 (none if
     past N); the epilogue stores token rows t0 .. m_end - 1
-    in chunks of 32, each row predicated below m_end. Of a cut tile's parts one stores (the last to
-    count in): counted here as part 0."""
-    assert check_parts(sizes, records, offsets, submission.K_TILE) == 0 or config.jobs == "stream"
+    in chunks of 32, each row predicated below m_end."""
+    check_records(sizes, records, offsets)
     writes = [np.zeros((m, n), dtype=np.int32) for m, n, _ in sizes]
     for begin, end in offsets:
-        for g, n0, t0, v, m_end, n, _, _, _, _, part, _ in records[begin:end]:
-            if part:
-                continue
+        for g, n0, t0, v, m_end, n, _, _ in records[begin:end]:
             assert n == sizes[g][1]
             assert n0 % config.schedule_rows == 0 and t0 % submission.TOKEN_CHUNK == 0
             width = config.token_variants[v]
@@ -107,9 +89,9 @@ def walk_b200(sizes, records, offsets, config):
 
 # Every kernel shape the schedule serves: both CTA groups, both token variant sets, every job policy.
 CONFIGS = [
-    submission.Sm100Config(cta_group=c, token_variants=t, jobs=j, cluster_pairs=p)
+    submission.Sm100Config(cta_group=c, token_variants=t, jobs=j, cluster_pairs=p, multicast=c == 2)
     for c in (2, 1) for t in ((64, 128), (128,)) for j in submission.JOB_POLICIES for p in (1, 2)
-    if p == 1 or (c == 2 and j != "stream")
+    if p == 1 or c == 2
 ]
 
 
@@ -121,13 +103,11 @@ def walk_h200(sizes, records, offsets):
     """How many times each C element is stored by the Hopper kernel: CTA b runs variant v on
     records offsets[b][v] .. offsets[b][v + 1]; a tile stores token rows t0 .. m_end - 1 (wgmma N
     = the variant, rows past m_end predicated off) of weight rows n0 .. n0 + 127."""
-    check_parts(sizes, records, offsets, sm90_kernel.SCHEDULE.k_step)
+    check_records(sizes, records, offsets)
     writes = [np.zeros((m, n), dtype=np.int32) for m, n, _ in sizes]
     for row in offsets:
         for v in range(len(sm90_kernel.VARIANTS)):
-            for g, n0, t0, variant, m_end, n, _, _, _, _, part, _ in records[row[v]:row[v + 1]]:
-                if part:
-                    continue
+            for g, n0, t0, variant, m_end, n, _, _ in records[row[v]:row[v + 1]]:
                 assert variant == v and n == sizes[g][1]
                 # the smallest wgmma N that covers the tile; tokens load as 64-row boxes from t0
                 assert 0 < m_end - t0 <= sm90_kernel.VARIANTS[v] < m_end - t0 + sm90_kernel.TOKEN_STEP
@@ -191,9 +171,7 @@ def test_b200_sole_reader_ends(name, config):
     multi = {b for b, tiles in blocks.items() if len(tiles) > 1}
     if config.jobs == "weight_blocks":
         assert whole == set(blocks)
-    elif config.jobs == "stream" and any(r[9] > 1 for r in records):
-        assert not whole  # a block's tiles and parts may run anywhere, at any time: none evicts it
-    elif config.jobs in ("tiles", "stream"):  # stream where cutting does not pay: the tiles policy
+    elif config.jobs == "tiles":
         assert whole == set(blocks) - multi
     else:
         jobs = len(whole) + sum(len(tiles) for b, tiles in blocks.items() if b not in whole)
@@ -265,11 +243,11 @@ def test_b200_self_warming_where_no_warmer_launches():
     assert submission.self_warm_plan(records, offsets, 0, alone) == (16 << 20) // ((256 + 128) * 144)
 
 
-@pytest.mark.parametrize("jobs", ["weight_blocks", "stream"])
+@pytest.mark.parametrize("jobs", ["weight_blocks", "hybrid"])
 @pytest.mark.parametrize("name", sorted(SHAPES))
 def test_h200_flipped_jobs_write_every_output_once(name, jobs):
-    """The Hopper kernel's schedule with its jobs flipped: weight-block jobs (the flip
-    tools/h200_method_check.py times on the H200) and stream-K (parts cover each cut tile's K once)."""
+    """The Hopper kernel's schedule with its jobs flipped: weight-block jobs (the flip the H200
+    timed: BENCHMARKS.md) and the hybrid."""
     sizes = SHAPES[name]
     shape = dataclasses.replace(sm90_kernel.SCHEDULE, jobs=jobs)
     records, offsets = submission.build_tile_schedule(sizes, H200_SMS, shape)
@@ -319,24 +297,6 @@ def test_b200_192_token_tiles_run_where_the_model_says_they_pay():
     assert len(records) == 144 and sum(shipped.token_variants[r[3]] == 192 for r in records) == 2 * 16
     narrow = dataclasses.replace(shipped, token_variants=(64, 128))
     assert submission.sm100_shape_config(SHAPES["benchmarks0"], 74, narrow).token_variants == (64, 128)  # never widens
-    assert dataclasses.replace(shipped, jobs="stream").token_variants == (64, 128)  # stream-K: 128 wide partials
-    assert dataclasses.replace(shipped, cta_group=1).token_variants == (64, 128)
-
-
-def test_b200_stream_cuts_only_where_it_pays():
-    """Few long tiles on many pairs (2 groups of 1 and 2 weight blocks, K 7-8k: 3 tiles for 74 pairs)
-    are cut into parts that fill the pairs; on the board's benchmarks whole tiles leave the busiest
-    pair at most 25% above what cutting would (STREAM_MIN_GAIN): nothing is cut there."""
-    stream = dataclasses.replace(submission.SM100_SHIPPED, jobs="stream")
-    sizes = [(40, 256, 8192), (100, 512, 7168)]
-    records, offsets = submission.sm100_schedule(sizes, 74, stream)
-    assert check_parts(sizes, records, offsets, submission.K_TILE) == 3 and len(offsets) > 3
-    steps = [sum((r[6] - r[8]) // submission.K_TILE for r in records[b:e]) for b, e in offsets]
-    assert max(steps) <= 0.75 * 32
-    narrow = dataclasses.replace(submission.SM100_SHIPPED, token_variants=(64, 128), cluster_pairs=1)  # stream-K's
-    for name in ("benchmarks0", "benchmarks1", "benchmarks2", "benchmarks3"):
-        records, _ = submission.sm100_schedule(SHAPES[name], 74, stream)
-        assert records == submission.sm100_schedule(SHAPES[name], 74, narrow)[0], name
 
 
 def _wide_sizes():
@@ -347,8 +307,8 @@ def _wide_sizes():
     return list(zip(*(yaml.safe_load(fields[name]) for name in ("m", "n", "k"))))
 
 
-@pytest.mark.parametrize("config", ["shipped", "shipped,epilogue=tma", "shipped,epilogue=ptx", "shipped,epilogue=atoms",
-                                    "shipped,multicast=off", "shipped,descriptors=branch"])
+@pytest.mark.parametrize("config", ["shipped", "shipped,epilogue=atoms", "shipped,multicast=off,cluster_pairs=1",
+                                    "shipped,descriptors=branch"])
 def test_the_emulated_wide_shape_runs_192_token_tiles(config):
     """tests/test_emulator_submission.py's WIDE_SPEC, at its 3 workers: the launch picks the 192-token kernel,
     two workers end on a 192-token tile and some 192-token tile is not a worker's last."""
@@ -380,7 +340,7 @@ def test_the_schedule_does_not_depend_on_how_python_adds_floats(monkeypatch):
     H200 machine's quick suite) against [[192, 192], [192, 192], [192, 64, 128, 128, 64]] under 3.11. With
     sum() as either interpreter's, every shape's choice, records and workers must be the same."""
     shapes = {**SHAPES, "wide": _wide_sizes()}
-    configs = [submission.Sm100Config.parse(text) for text in ("shipped", "shipped,jobs=stream", "safe")]
+    configs = [submission.Sm100Config.parse(text) for text in ("shipped", "shipped,jobs=hybrid", "safe")]
 
     def plans():
         plan = {}
@@ -397,21 +357,6 @@ def test_the_schedule_does_not_depend_on_how_python_adds_floats(monkeypatch):
     for python_sum in (one_after_another, _neumaier_sum):
         monkeypatch.setattr("builtins.sum", python_sum)
         assert plans() == expected, python_sum
-
-
-@pytest.mark.parametrize("cta_group", [2, 1])
-def test_the_emulated_stream_shapes_are_cut(cta_group):
-    """tests/test_emulator_submission.py's STREAM_SPECS, at its 3 workers (pairs, or 6 CTAs), are cut
-    into parts: what the emulated matrix runs is the stream-K epilogue, not whole tiles."""
-    from test_emulator_submission import STREAM_SPECS
-
-    config = dataclasses.replace(submission.SM100_SHIPPED, jobs="stream", cta_group=cta_group)
-    for spec in STREAM_SPECS:
-        fields = dict((key.strip(), value) for key, value in (part.split(":") for part in spec.split(";")))
-        m, n, k = (eval(fields[key]) for key in ("m", "n", "k"))
-        sizes = list(zip(m, n, k))
-        records, offsets = submission.sm100_schedule(sizes, 3 * (2 // cta_group), config)
-        assert check_parts(sizes, records, offsets, submission.K_TILE) > 0, spec
 
 
 def _spec_sizes(spec):

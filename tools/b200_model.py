@@ -45,17 +45,16 @@ overheads at small N; host time (hidden behind the board's L2 flush); the first 
 Which Sm100Config switches it can judge
   - cta_group, token_variants and jobs: workers, stage count, token widths and the schedule all
     enter the model (the per-configuration table gives each its own figure).
-  - multicast, l2_hints, epilogue, descriptors, pdl, prefetch, l2_prefetch, warmers, self_warm,
-    cluster_pairs and lean_walk: the model has no term for them,
+  - multicast, l2_hints, epilogue, descriptors, pdl, warmers, self_warm, cluster_pairs and
+    lean_walk: the model has no term for them,
     so every one of them gets the shipped figure, and the table says so. Assumed ranges, not
-    measured and not fitted: pdl and prefetch hide part of start_us (4.6 us per call): PDL, launch
+    measured and not fitted: pdl hides part of start_us (4.6 us per call): PDL, launch
     and prologue overlapped with the previous call's tail, 0 to 2 us per call (gau-nernst's
     start-up steps moved benchmarks 3 and 4 by 1.6-1.9 us; PDL across calls gained nothing
-    measurable on the H200's Hopper path, BENCHMARKS.md); prefetch of the first descriptors, 0 to
-    0.5 us (one descriptor fetch's latency). l2_hints: 0 to 5% on the DRAM-bound benchmarks 1 and
-    2, nothing on 3 and 4. multicast (2 KB of token scales per stage), epilogue (direct stores or
-    a TMA store of the tail tile), descriptors (a select chain or a branch per copy) and l2_prefetch
-    (the first record's operands into L2 before the dependency wait): 0 to 2%. warmers (idle pairs
+    measurable on the H200's Hopper path, BENCHMARKS.md). l2_hints: 0 to 5% on the DRAM-bound
+    benchmarks 1 and 2, nothing on 3 and 4. multicast (2 KB of token scales per stage), epilogue
+    (direct stores or a TMA store of the tail tile) and descriptors (a select chain or a branch per
+    copy): 0 to 2%. warmers (idle pairs
     prefetching a call's inputs into L2 while the call before runs; only where the schedule leaves
     pairs idle, benchmarks 3 and 4): 0 to the first load's HBM latency, about 1 us per call there.
     self_warm (each worker prefetching its first record's first k-tiles before the dependency
@@ -106,8 +105,8 @@ from submission import SM100_SAFE, SM100_SHIPPED, Sm100Config, build_tile_schedu
 FITTED = ("dram_efficiency", "stage_round_trip_us", "start_us", "tma_store_epilogue_us", "descriptor_patch_us")
 SCALE_BLOCK_BYTES = 128 * K_TILE // SF_VEC_SIZE  # one 128-row block of e4m3 scales per k-tile
 # Sm100Config fields the model has no term for (module docstring: assumed ranges).
-NOT_MODELED = ("multicast", "pdl", "l2_hints", "epilogue", "descriptors", "prefetch", "l2_prefetch", "warmers",
-               "self_warm", "cluster_pairs", "lean_walk")
+NOT_MODELED = ("multicast", "pdl", "l2_hints", "epilogue", "descriptors", "warmers", "self_warm", "cluster_pairs",
+               "lean_walk")
 
 # One tile on its worker: group, weight block (group, first row), first token, tokens, and its
 # mainloop (k-tiles x time per k-tile), MMA-only and epilogue microseconds.
@@ -196,14 +195,14 @@ def _config_layout(config: Sm100Config, sizes, workers: int):
     # A cluster of two pairs (cluster_pairs 2) runs each record on two weight blocks, one a pair:
     # modeled as its two pairs, each walking the record on its own block. A pair wholly past N runs in
     # step with its partner on zero-filled boxes; it is left out, as its partner's walk bounds it.
-    pairs = [[(g, n0 + pair * config.weight_rows, t0, v, m_end, n, k_end, k_begin)
-              for g, n0, t0, v, m_end, n, k_end, _, k_begin, *_ in records[begin:end]
+    pairs = [[(g, n0 + pair * config.weight_rows, t0, v, m_end, n, k_end)
+              for g, n0, t0, v, m_end, n, k_end, _ in records[begin:end]
               if n0 + pair * config.weight_rows < n]
              for begin, end in offsets for pair in range(config.cluster_pairs)]
     block_bytes = {(g, n0): min(config.weight_rows, n - n0) * (sizes[g][2] // 2 + sizes[g][2] // SF_VEC_SIZE)
-                   for walk in pairs for g, n0, _, _, _, n, _, _ in walk}
-    bins = [[(g, (g, n0), t0, m_end - t0, config.token_variants[v], (k_end - k_begin) // K_TILE)
-             for g, n0, t0, v, m_end, n, k_end, k_begin in walk] for walk in pairs]
+                   for walk in pairs for g, n0, _, _, _, n, _ in walk}
+    bins = [[(g, (g, n0), t0, m_end - t0, config.token_variants[v], k_end // K_TILE)
+             for g, n0, t0, v, m_end, n, k_end in walk] for walk in pairs]
     return bins, block_bytes
 
 
@@ -501,7 +500,7 @@ def single_flips() -> list:
                         "descriptors": ["branch"], "jobs": [j for j in submission.JOB_POLICIES if j != value],
                         "cluster_pairs": [1]}
         for other in alternatives.get(field.name, [not value]):
-            config = replace(SM100_SHIPPED, **{field.name: other})
+            config = SM100_SHIPPED.with_needs(**{field.name: other})
             flips.append((config.describe(), config))
     flips.append(("safe", SM100_SAFE))
     return flips
@@ -523,7 +522,7 @@ def configs_table(benches, rms, markdown=False, model=B200_MODEL) -> str:
         _table(header, rows, markdown), "",
         f"every time {error_bar(rms)}; differences below that error are not resolved by the model.",
         "The model judges cta_group, token_variants and jobs; it has no term for " + ", ".join(NOT_MODELED)
-        + ": assumed, not measured, pdl 0 to 2 us and prefetch 0 to 0.5 us of the 4.6 us start per call,"
+        + ": assumed, not measured, pdl 0 to 2 us of the 4.6 us start per call,"
         " warmers 0 to 1 us per call on benchmarks 3 and 4, l2_hints and self_warm 0 to 5% on benchmarks 1"
         " and 2, cluster_pairs (L2's ports, not in the model) 0 to 6% on benchmarks 3 and 4, lean_walk 0 to"
         " 0.3 us of the start per call, the others 0 to 2%"
@@ -673,8 +672,8 @@ def hopper_estimate(profile: dict, sizes, clock_mhz: float, jobs=None, start_us=
     bins, block_bytes = [], {}
     for row in offsets:
         bins.append([])
-        for g, n0, t0, v, m_end, n, k_end, _, k_begin, *_ in records[row[0]:row[-1]]:
-            us = cycles(sm90_kernel.VARIANTS[v], k_end - k_begin) / clock_mhz
+        for g, n0, t0, v, m_end, n, k_end, _ in records[row[0]:row[-1]]:
+            us = cycles(sm90_kernel.VARIANTS[v], k_end) / clock_mhz
             bins[-1].append(TileCost(g, (g, n0), t0, m_end - t0, us, us, 0.0))
             k = sizes[g][2]
             block_bytes[(g, n0)] = min(sm90_kernel.TILE_W, n - n0) * (k // 2 + k // SF_VEC_SIZE)

@@ -442,11 +442,18 @@ class Findings:
     fixers: list[str]  # "field=value" of the failing config whose safe value alone makes it pass
 
 
+def consistent(base, changes: dict):
+    """`base` with `changes`: with what they need, where the submission's configuration says
+    (Sm100Config.with_needs: cta_group=1 turns multicast off); the row names every change."""
+    with_needs = getattr(base, "with_needs", None)
+    return with_needs(**changes) if with_needs else dataclasses.replace(base, **changes)
+
+
 class Bisection:
     """Bisects a case's failure under `failing` between it and `safe` over `switches` (field
-    names), with run_case(case, config) -> Result. Every run is memoized by (configuration, case),
-    so a configuration met twice (cta_group=1 turns multicast off) runs once; `out` gets a table
-    row per run, and per ladder."""
+    names), with run_case(case, config) -> Result. A switch flips with what it needs (consistent):
+    cta_group=1 turns multicast and the clusters off too. Every run is memoized by (configuration,
+    case), so a configuration met twice runs once; `out` gets a table row per run, and per ladder."""
 
     def __init__(self, run_case, failing, safe, switches, out=print):
         self.run_case, self.failing, self.safe, self.out = run_case, failing, safe, out
@@ -471,9 +478,9 @@ class Bisection:
         if self.run(self.safe, case).verdict != "PASS":
             return Findings(False, [], [])
         fixers = [self.switch[f] for f in self.fields
-                  if self.run(dataclasses.replace(self.failing, **{f: getattr(self.safe, f)}), case).verdict == "PASS"]
+                  if self.run(consistent(self.failing, {f: getattr(self.safe, f)}), case).verdict == "PASS"]
         alone = [self.switch[f] for f in self.fields
-                 if self.run(dataclasses.replace(self.safe, **{f: getattr(self.failing, f)}), case).verdict != "PASS"]
+                 if self.run(consistent(self.safe, {f: getattr(self.failing, f)}), case).verdict != "PASS"]
         return Findings(True, alone, fixers)
 
     def candidates(self, findings: Findings) -> list:
@@ -482,8 +489,7 @@ class Bisection:
         and any that keeps all the switches whose undoing alone passes."""
         mixes = {}
         for undo in itertools.product((False, True), repeat=len(self.fields)):
-            config = dataclasses.replace(self.failing, **{f: getattr(self.safe, f)
-                                                          for f, flip in zip(self.fields, undo) if flip})
+            config = consistent(self.failing, {f: getattr(self.safe, f) for f, flip in zip(self.fields, undo) if flip})
             kept = set(config.changes_from(self.safe))
             if kept & set(findings.alone) or (findings.fixers and kept >= set(findings.fixers)):
                 continue

@@ -418,7 +418,7 @@ def hopper_config(S, text: str):
 
     config = S.sm100_config(text)
     base = S.sm100_config(text.split(",")[0] if "=" not in text.split(",")[0] else "shipped")
-    # what pdl and jobs alone make of the base (jobs="stream" also turns warmers off)
+    # what pdl and jobs alone make of the base
     base = dataclasses.replace(base, pdl=config.pdl, jobs=config.jobs)
     named = {part.split("=")[0].strip() for part in text.split(",") if "=" in part}
     foreign = sorted(f.name for f in dataclasses.fields(config)
@@ -612,7 +612,7 @@ def compiled_kernel(S, data):
     if isinstance(S.DEVICE, EmulatedH200):
         import sm90_kernel
 
-        return sm90_kernel.compile_sm90(num_groups, S.sm100_config().pdl, sm90_kernel.SCHEDULE.jobs == "stream")
+        return sm90_kernel.compile_sm90(num_groups, S.sm100_config().pdl)
     plan = S._plans.get((S._signature(data[3]), data[0][0][0].device, S.SM100_CONFIG))
     compiled = getattr(getattr(plan, "launch", None), "compiled", None)
     # a submission older than the per-shape choice compiles one kernel per group count and configuration

@@ -49,7 +49,7 @@ def clock32(*, loc=None, ip=None):
 
 
 '''
-TILE_CALL = "            st = _consume_tile(VARIANTS[vi], c, tile, pw, pt, st, split)\n"
+TILE_CALL = "            st = _consume_tile(VARIANTS[vi], c, tile, pw, pt, st)\n"
 STAMPED_CALL = (
     "            if tidx == 128:\n                tiles[t, 3] = clock32()\n" + TILE_CALL
     + "            if tidx == 128:\n                tiles[t, 7] = clock32()\n"
@@ -80,14 +80,14 @@ PHASE_SETUP = ("    w_read, t_read, t_release = st\n",
 PHASE_RETURN = "    return w_read, t_read, t_release\n"
 PHASE_PACK = """    now_ = clock32()
     tail_ = cutlass.min((now_ - last_) // 4, 1023)
-    nk_ = (tile.k_end - tile.k_begin) // TILE_K
+    nk_ = tile.k_end // TILE_K
     p3_ = cutlass.min(ph0 // nk_, 1023) | (cutlass.min(ph1 // nk_, 1023) << 10) | (cutlass.min(ph2 // nk_, 1023) << 20)
     p7_ = cutlass.min(ph3 // nk_, 1023) | (cutlass.min(ph4 // nk_, 1023) << 10) | (tail_ << 20)
     return w_read, t_read, t_release, p3_, p7_
 """
 PHASE_LOOP_END = ("    warpgroup.wait_group(0)\n", "ph4")
 PHASE_CALL = (
-    "            r_ = _consume_tile(VARIANTS[vi], c, tile, pw, pt, st, split)\n"
+    "            r_ = _consume_tile(VARIANTS[vi], c, tile, pw, pt, st)\n"
     "            st = (r_[0], r_[1], r_[2])\n"
     "            if tidx == 128:\n                tiles[t, 3] = r_[3]\n                tiles[t, 7] = r_[4]\n"
 )
