@@ -812,4 +812,4 @@ def make_sm90_launch(sizes, device, config):
     args.set("prep_blocks", max(-(-m * (k // TILE_K) // PREP_THREADS) for m, _, k in sizes))
     # One scratch per plan: submission.ShapePlan makes a call on another stream wait for the
     # previous call's kernels before this launch can overwrite the tokens they read.
-    return CompiledLaunch(compile_sm90(len(sizes), config.pdl), args, buffers=(tiles, cta_tiles, scratch))
+    return CompiledLaunch(compile_sm90(len(sizes), config.pdl), args, buffers=(tiles, cta_tiles, scratch), config=config)

@@ -831,10 +831,11 @@ class CompiledLaunch:
     requirements.txt accepts; 4.5.2's packed arguments live in a buffer its executor reuses on its
     next call, so the executor is called only here, once."""
 
-    def __init__(self, compiled, args: LaunchArgs, buffers=()):
+    def __init__(self, compiled, args: LaunchArgs, buffers=(), config=None):
         self.compiled = compiled  # the kernel the shape runs (tools/emulate.py executes its PTX)
         self.args = args
         self.buffers = buffers  # device tables and scratch that args point into, kept alive here
+        self.config = config  # the configuration the shape runs with (sm100_shape_config), as tools print it
         self._executor = compiled.to(None)
         self._packed = self._executor._get_invoke_packed_args(list(args.__c_pointers__()))
         self._run = self._executor.jit_module.capi_func
@@ -2587,7 +2588,7 @@ def self_warm_plan(records, offsets, warmers: int, config: Sm100Config) -> int:
 
 def make_sm100_launch(sizes, device, config: Sm100Config) -> CompiledLaunch:
     args, buffers, config = sm100_launch_args(sizes, device, config)
-    return CompiledLaunch(compile_sm100(len(sizes), config), args, buffers=buffers)
+    return CompiledLaunch(compile_sm100(len(sizes), config), args, buffers=buffers, config=config)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@
         [--cluster CM,CN] [--clusters N] [--mode ..] [--seed S] [--ptx-filter CMD] [--races]
     python tools/emulate.py flashinfer --groups G --masked-m 100,37 --nk N,K [--mma-tiler 128,128|256,128] \\
         [--cluster CM,CN] [--clusters N] [--m-max M] [--masked-m-slack E] [--mode ..] [--seed S] [--ptx-filter CMD]
-    python tools/emulate.py submission --config CONFIG --spec "m: [..]; n: [..]; k: [..]; g: G; seed: S" \\
+    python tools/emulate.py submission [--config CONFIG] --spec "m: [..]; n: [..]; k: [..]; g: G; seed: S" \\
         [--workers W] [--mode eager|adversarial] [--seed S] [--ptx-filter CMD] [--submission FILE] [--races]
         [--arch sm_100a|sm_90a]
 
@@ -191,7 +191,8 @@ def parse_args(argv=None):
             p.add_argument("--masked-m-slack", type=int, default=0, metavar="E",
                            help="elements registered past masked_m's end (0: reading masked_m[G] is an error)")
         else:
-            p.add_argument("--config", default="shipped", metavar="TEXT", help="an SM100_CONFIG text")
+            p.add_argument("--config", default=None, metavar="TEXT",
+                           help="an SM100_CONFIG text (default: the submission file's SM100_CONFIG line)")
             p.add_argument("--spec", required=True, action="append", metavar="SPEC",
                            help='"m: [..]; n: [..]; k: [..]; g: G; seed: S"; repeat it for several cases (one '
                                 'verdict line each, then the overall verdict)')
@@ -203,7 +204,8 @@ def parse_args(argv=None):
     p = sub.add_parser("benchmarks", help="task.yml's benchmarks, timed")
     p.add_argument("--kernel", choices=("submission", "flashinfer", "both"), default="submission",
                    help="whose kernel: ours, FlashInfer's masked kernel, or both side by side")
-    p.add_argument("--config", default="shipped", metavar="TEXT", help="an SM100_CONFIG text")
+    p.add_argument("--config", default=None, metavar="TEXT",
+                   help="an SM100_CONFIG text (default: the submission file's SM100_CONFIG line)")
     p.add_argument("--arch", choices=tuple(ARCH_GPU), default="sm_100a")
     p.add_argument("--only", type=int, default=None, metavar="N", help="only benchmark N (from 1)")
     p.add_argument("--timeline", type=Path, default=None, metavar="FILE.png")
@@ -465,6 +467,30 @@ def load_submission(path: Path):
     return module
 
 
+def file_config(S, text: str | None) -> str:
+    """--config, or without it the submission's own SM100_CONFIG line: the variant a user points at runs."""
+    return text if text is not None else getattr(S, "SM100_CONFIG", "shipped")
+
+
+def runs_as(S, spec: str) -> str:
+    """' (runs as TEXT)': the configuration the plan of SPEC's shape signature was built with (the B200
+    kernel's per-shape choice, sm100_shape_config; the Hopper kernel's pdl and schedule), once a call built
+    it; '' for a submission whose plans do not say."""
+    import eval as harness
+
+    values = harness.parse_spec_line(spec)
+    signature = tuple((m, n, k, 1) for m, n, k in zip(values["m"], values["n"], values["k"]))
+    for key, plan in S._plans.items():
+        config = getattr(getattr(plan, "launch", None), "config", None)
+        if key[0] == signature and config is not None:
+            if isinstance(S.DEVICE, EmulatedH200):
+                import sm90_kernel
+
+                return f" (runs as pdl={'on' if config.pdl else 'off'},jobs={sm90_kernel.SCHEDULE.jobs})"
+            return f" (runs as {config.describe()})"
+    return ""
+
+
 def run_submission(args, emulator) -> tuple:
     """Every --spec through submission.py's real host path: a verdict line per case, then the overall one."""
     if not args.submission.is_file():
@@ -473,6 +499,7 @@ def run_submission(args, emulator) -> tuple:
         raise ValueError(f"{args.submission} defines no compile_sm100: the emulator runs a B200 (sm_100a) kernel; "
                          f"python eval.py test --submission {args.submission} tests any other")
     S = load_submission(args.submission)
+    args.config = file_config(S, args.config)
     S.sm100_config(args.config)  # a text that does not parse ends here, in one line
     if args.arch == "sm_90a":
         hopper_config(S, args.config)
@@ -494,7 +521,8 @@ def run_submission(args, emulator) -> tuple:
             word, max_error, message, stats = "ERROR", None, str(e), None
         results.append((word, max_error, message, stats))
         text = figures(max_error, stats, time.perf_counter() - start, args.races) if stats else message
-        print(f"case {spec!r} {args.config} {args.mode} seed {args.seed}: {word} {text}", flush=True)
+        print(f"case {spec!r} {args.config}{runs_as(S, spec)} {args.mode} seed {args.seed}: {word} {text}",
+              flush=True)
         if message and stats:
             print(f"  {message}", flush=True)
     worst = max(results, key=lambda r: EXIT[r[0]])
@@ -521,6 +549,7 @@ def run_benchmarks(args, emulator) -> tuple:
     S = None
     if "submission" in kernels:
         S = load_submission(args.submission)
+        args.config = file_config(S, args.config)
         S.sm100_config(args.config)
         S.SM100_CONFIG = args.config
         if args.arch == "sm_90a":  # the same seam run_submission uses
@@ -539,7 +568,7 @@ def run_benchmarks(args, emulator) -> tuple:
             start = time.perf_counter()
             if kernel == "submission":
                 (word, max_error, message), stats = run_submission_case(S, harness._spec_line(entry), args, emulator)
-                label = args.config
+                label = args.config + runs_as(S, harness._spec_line(entry))
             else:
                 (word, max_error, message), stats = flashinfer_benchmark(entry, args, emulator)
                 label = "flashinfer 128x128 1x1"
