@@ -232,7 +232,7 @@ BITSELECT = 0xE4  # lop3 truth table of (a & c) | (b & ~c)
 # have their sign 6 bits above their 3 magnitude bits (odd nibbles: magnitudes moved down 3; even
 # nibbles: signs moved up 3), then each output is one shift and one mask (which clears whatever
 # the bit-select left in the other bits): 11 integer instructions per word instead of 15 with a
-# separate sign shift and magnitude shift per output.  tests/test_sm90.py interprets this text.
+# separate sign shift and magnitude shift per output.  tests/kernel/test_sm90.py interprets this text.
 FP4_TO_F16_PTX = (
     " shr.b32 t, $4, 3;\n"
     f" lop3.b32 odd, $4, t, 0x80808080, {BITSELECT:#x};\n"  # signs 7+8i, magnitudes 1+8i..3+8i

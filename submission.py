@@ -59,7 +59,7 @@ tiles of all pairs run in step. No hardware tests that gain: the Hopper kernel's
 protocol, 2026-11-25). Jobs are spread over the co-resident workers (the driver's occupancy answer
 for the cluster size, as NVIDIA's examples size their grids) longest-processing-time first by the
 modeled mainloop time (B200Model), then improved by moves and swaps. Each worker walks its records
-(RECORD_FIELDS: group, n0, t0, variant, m_end, n, k_end, ...) in order; tests/test_schedule.py walks the
+(RECORD_FIELDS: group, n0, t0, variant, m_end, n, k_end, ...) in order; tests/kernel/test_schedule.py walks the
 table in Python as the kernel does and checks every output element is written once.
 
 Warp roles (192 threads per CTA, 1 CTA per SM, clusters of 2, or 4 with cluster_pairs 2):
@@ -298,7 +298,7 @@ removed by epilogue="tma" only: SM100_SAFE keeps them. The Hopper path runs the
 same host path, table walk and store predication.
 
 Executed in emulation (emulator/, a functional emulator of sm_100a PTX proven on NVIDIA's block-
-scaled GEMM; tests/test_emulator_submission.py in CI on every commit, `python tools/check.py
+scaled GEMM; tests/kernel/test_emulator_submission.py in CI on every commit, `python tools/check.py
 --emulate` on any CPU): SM100_SHIPPED and SM100_SAFE, in eager and adversarial timing, on task.yml's
 10 tests and on M = 1, 7, 40, 129, 255, N = 128 and 384 (a pair's second CTA wholly out of bounds),
 K = 256, 512, 768 and G = 1, 2, 5, 8, with 2 or 3 workers (stage and accumulator pipelines wrap);

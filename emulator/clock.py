@@ -47,7 +47,7 @@
   victims through HBM: the L2 flush before the timed calls left L2 dirty (`DirtyL2`). TMA stores and
   `st.global` bytes go through the same HBM server; a grid completes when they have drained. A TMA store
   also passes its SM's store unit, one box after another at `tma_store_bytes_per_cycle`, and completes
-  `tma_store_latency` after (both measured on an H100: tools/hopper_tma_store{,_rate}.cu). The tensor
+  `tma_store_latency` after (both measured on an H100: calibration/hopper_tma_store{,_rate}.cu). The tensor
   pipe is one in-order queue per issuing SM (a `cta_group::2` pair's even SM): an MMA starts when issued and
   the pipe is free, occupies it for its initiation interval and completes a latency after its start (per N
   and cta_group); `tcgen05.cp` likewise, for the shared-memory bytes it reads; a commit arrives
@@ -324,7 +324,7 @@ class DirtyL2:
     """The write-backs a dirty L2 still owes. The flush before timed calls writes a large buffer (the board's
     `torch.randn`, FlashInfer's benchmark's `zero_()`), so L2 starts full of dirty lines; a miss allocating
     lines evicts victims, a dirty share of them, and each dirty victim is written to HBM first. Measured on
-    the H200 (tools/h200_dirty_l2.py): a read of S bytes after a writing flush takes
+    the H200 (calibration/h200_dirty_l2.py): a read of S bytes after a writing flush takes
     `l2_dirty_writeback_fraction` x L2's bytes / HBM's rate x (1 - exp(-S / L2's bytes)) longer than after a
     reading flush: a victim is dirty in proportion to the dirty bytes left (not least recently used), and a
     store adds nothing (its own line's write-back replaces its victim's). `calls_per_flush` calls share one

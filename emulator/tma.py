@@ -5,7 +5,7 @@ types; 5.5.2 access modes; 5.5.3 tiled mode: bounding box, traversal stride, out
 interleave; 5.5.7 swizzling modes; 5.5.8 the tensor-map object) and 9.7.9.25.5.1 `cp.async.bulk.tensor`
 the copies. The ISA calls the map opaque and gives no bit layout. The layout below was measured: the DSL's
 generated host code encodes every map itself (it never calls `cuTensorMapEncodeTiled`), and
-`tests/test_emulator_tma.py` keeps the descriptors it wrote for compiled variants (data types, ranks 2-5,
+`tests/emulator/test_emulator_tma.py` keeps the descriptors it wrote for compiled variants (data types, ranks 2-5,
 swizzles, boxes, load/multicast/store ops; DSL 4.3.5 and 4.5.2 encode them alike), plus maps that a real
 driver's `cuTensorMapEncodeTiled` (CUDA 13.0, on an H100) wrote for the fields the DSL never varies
 (interleave, L2 promotion, OOB fill, traversal strides, im2col). Little-endian 64-bit words:

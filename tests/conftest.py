@@ -10,6 +10,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+# The tests are laid out like the code (emulator/, groundtruth/, kernel/, harness/, tools/); a test may
+# import another folder's shapes or helpers (test_schedule walks test_emulator_submission's shapes).
+for folder in sorted(Path(__file__).resolve().parent.iterdir()):
+    if folder.is_dir() and folder.name != "__pycache__":
+        sys.path.insert(1, str(folder))
+# The tools a user runs and the calibration instruments, importable by the tests that check them.
+sys.path += [str(ROOT / "tools"), str(ROOT / "calibration")]
 
 HARNESS_FILES = ("eval.py", "task.py", "task.yml", "reference.py", "utils.py")
 

@@ -4,7 +4,7 @@ No B200 is in reach of this project, so every B200 time it states comes from thi
 on exactly what submission.py builds: its constants are submission.B200_MODEL, its configurations
 submission.Sm100Config (SM100_SHIPPED, SM100_SAFE, or any text Sm100Config.parse reads), and its
 tiles the records that submission.sm100_schedule returns for the worker count the kernel launches
-(B200_MODEL.sm_count // cta_group: 74 SM pairs, or 148 SMs). tests/test_b200_model.py holds the
+(B200_MODEL.sm_count // cta_group: 74 SM pairs, or 148 SMs). tests/tools/test_b200_model.py holds the
 docs to its output.
 
     python tools/b200_model.py --shipped             # SM100_SHIPPED per task.yml benchmark
@@ -12,7 +12,7 @@ docs to its output.
     python tools/b200_model.py --configs             # shipped, each single switch flipped, safe
     python tools/b200_model.py --loo                 # leave-one-design-out refits: the error bar
     python tools/b200_model.py --calibration         # published B200 times against the model
-    python tools/b200_model.py --refit FILE          # refit to a B200 run of tools/b200_profile.py
+    python tools/b200_model.py --refit FILE          # refit to a B200 run of calibration/b200_profile.py
     python tools/b200_model.py --hopper PROFILE.json # the same machinery on the Hopper kernel
     python tools/b200_model.py                       # all of the B200 tables; --markdown for docs
 
@@ -64,7 +64,7 @@ Which Sm100Config switches it can judge
     a cluster's record as its two pairs' tiles. lean_walk (each worker's first record read with its
     offsets, under the cluster barrier's wait, and a record's divisions by shifts): part of start_us,
     0 to 0.3 us per call (one L2 round trip and a few dozen instructions before the first load).
-  A B200 run (tools/b200_profile.py, then --refit) measures them all.
+  A B200 run (calibration/b200_profile.py, then --refit) measures them all.
 
 Calibration. Five constants of B200Model are fitted: least squares of the relative error over the
 16 claimed rows of CALIBRATION (gau-nernst's v6b and three steps of Nareg's ladder, on all four
@@ -77,9 +77,9 @@ Not claimed: Nareg's sub_v6_2_descoverlap (A/B/C patched on every tile by a sepa
 25-35% slower than the model says: what it adds over V16 is serialization the model does not have.
 
 --hopper applies the same schedule code and estimate to the H200 kernel (sm90_kernel.py), with
-per-tile costs measured by `python tools/sm90_profile.py tiles --json` instead of the B200 tile
+per-tile costs measured by `python calibration/sm90_profile.py tiles --json` instead of the B200 tile
 model and a start-up constant stated below (HOPPER_START_US), to test the method where hardware
-exists (tools/h200_method_check.py runs it against measured means).
+exists (calibration/h200_method_check.py runs it against measured means).
 """
 
 import argparse
@@ -575,14 +575,14 @@ def report(markdown=False) -> str:
     ])
 
 
-# ---- refit to a B200 run (tools/b200_profile.py) ----------------------------------------------
+# ---- refit to a B200 run (calibration/b200_profile.py) ----------------------------------------------
 
 def load_profile_runs(path: Path) -> list:
     """(Sm100Config, benchmark number, measured mean us) of every successful run in a
-    tools/b200_profile.py file (format in that tool's docstring)."""
+    calibration/b200_profile.py file (format in that tool's docstring)."""
     data = json.loads(Path(path).read_text())
     if data.get("format") != "b200_profile/1":
-        raise ValueError(f"{path}: not a tools/b200_profile.py file (format {data.get('format')!r})")
+        raise ValueError(f"{path}: not a calibration/b200_profile.py file (format {data.get('format')!r})")
     return [(Sm100Config.parse(run["config"]), run["benchmark"], run["mean_us"])
             for run in data["runs"] if run.get("mean_us") is not None]
 
@@ -685,7 +685,7 @@ def hopper_report(path: Path, jobs=None, clock_mhz=None, start_us=HOPPER_START_U
     profile = json.loads(Path(path).read_text())
     clock = clock_mhz or profile.get("sm_clock_mhz")
     if not clock:
-        raise ValueError(f"{path} gives no SM clock: pass --clock-mhz (tools/h200_method_check.py measures it)")
+        raise ValueError(f"{path} gives no SM clock: pass --clock-mhz (calibration/h200_method_check.py measures it)")
     benches = load_benchmarks()
     rows, totals = [], []
     for i, b in enumerate(benches, start=1):
@@ -718,9 +718,9 @@ def main(argv=None) -> int:
                       help="the published B200 times of gau-nernst's v6b and Nareg's V14/V16/V17 against the model")
     what.add_argument("--loo", action="store_true", help="leave-one-design-out refits of the five fitted constants")
     what.add_argument("--design-note", action="store_true", help="the line stating the modeled time in submission.py")
-    what.add_argument("--refit", metavar="FILE", type=Path, help="refit the constants to a tools/b200_profile.py file")
+    what.add_argument("--refit", metavar="FILE", type=Path, help="refit the constants to a calibration/b200_profile.py file")
     what.add_argument("--hopper", metavar="PROFILE", type=Path,
-                      help="predict the Hopper kernel's means from `tools/sm90_profile.py tiles --json PROFILE`")
+                      help="predict the Hopper kernel's means from `calibration/sm90_profile.py tiles --json PROFILE`")
     parser.add_argument("--jobs", choices=submission.JOB_POLICIES, help="with --hopper: the schedule's job policy "
                         "(default: sm90_kernel.SCHEDULE's)")
     parser.add_argument("--clock-mhz", type=float,

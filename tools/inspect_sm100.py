@@ -108,7 +108,7 @@ class Kernel:
 
 
 # ---------------------------------------------------------------------------------------------
-# Reading the compiler's output (pure functions of text; tests/test_inspect_sm100.py feeds them
+# Reading the compiler's output (pure functions of text; tests/kernel/test_inspect_sm100.py feeds them
 # synthetic PTX, SASS, resource usage and IR).
 
 

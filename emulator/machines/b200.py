@@ -28,7 +28,7 @@ B200 = Machine("B200", "sm_100a", {
     "cost_cluster_barrier": C(323, "cycles", "E", "H200 barrier.cluster arrive + wait: 323 cycles (Table 2), "
                               "charged on the wait (the arrive issues as an mbarrier arrive)"),
     "cost_warp_sync": C(1, "cycles", "E", "the H100's bar.warp.sync of a converged warp: 1.00 cycle per instruction "
-                        "per warp (tools/hopper_warp_ops.cu, 2026-11-26); no B200 figure"),
+                        "per warp (calibration/hopper_warp_ops.cu, 2026-11-26); no B200 figure"),
     "cost_tma_issue": C(12, "cycles", "E", "taken equal to the MMA issue cost; not measured"),
     "cost_mma_issue": C(12, "cycles", "M", "~11-12 cycles per tcgen05.mma in the issuing thread [SA-repo] (2)"),
     "cost_tcgen05_cp_issue": C(12, "cycles", "E", "taken equal to the MMA issue cost"),
@@ -89,12 +89,12 @@ B200 = Machine("B200", "sm_100a", {
     "tma_l2_latency": C(340, "cycles", "E", "H200 TMA L2 hit 316-367 cycles for <= 4 KiB (Table 2); B200 "
                         "L2 hit 295 cycles [MD]"),
     "tma_store_latency": C(76, "cycles", "E", "the H100's: a lone 2 KB box store completes 142 cycles after its issue "
-                           "(wait_group.read and wait_group alike; tools/hopper_tma_store.cu, 2026-11-26), of which 66 "
+                           "(wait_group.read and wait_group alike; calibration/hopper_tma_store.cu, 2026-11-26), of which 66 "
                            "pass the SM's store unit (tma_store_bytes_per_cycle); no B200 figure"),
     "tma_store_bytes_per_cycle": C(31.0, "bytes/cycle", "E", "the H100's SM store unit with stores in flight: 4 warps each "
                                    "keeping 4 boxes of 2 KB (32 x 64 B, ours) in flight drain 30.8-31.0 B/cycle from one "
                                    "SM, and every box shape tried 30.8-31.9 (the rate is per byte, not per box or row); "
-                                   "tools/hopper_tma_store_rate.cu, 2026-11-27 (tools/data/hopper_tma_store_rate_2026-11-27.txt); "
+                                   "calibration/hopper_tma_store_rate.cu, 2026-11-27 (tools/data/hopper_tma_store_rate_2026-11-27.txt); "
                                    "every SM storing at once: 14-15 per SM, L2 and HBM shared (the clock's L2 and HBM servers); no B200 figure"),
     # launch (Table 1 section 7)
     "launch_gap_us": C(0.93, "us", "E", "H200: last CTA end of call k-1 -> first CTA start of call k, "

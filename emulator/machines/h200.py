@@ -21,7 +21,7 @@ H200 = Machine("H200", "sm_90a", {
     "latency_mbarrier": C(32, "cycles", "H", "64 cycles per dependent arrive + try_wait pair in one thread"),
     "cost_named_barrier": C(21, "cycles", "H", "bar.sync, 128 threads: 20.7 cycles"),
     "cost_warp_sync": C(1, "cycles", "E", "bar.warp.sync of a converged warp: 1.00 cycle per instruction per warp, 1 and 4 "
-                        "warps, measured on an H100 (sm_90, the H200's SM) by tools/hopper_warp_ops.cu (2026-11-26)"),
+                        "warps, measured on an H100 (sm_90, the H200's SM) by calibration/hopper_warp_ops.cu (2026-11-26)"),
     "cost_cluster_barrier": C(323, "cycles", "H", "barrier.cluster arrive + wait, charged on the wait (the "
                               "arrive issues as an mbarrier arrive)"),
     "cost_tma_issue": C(12, "cycles", "E", "not measured"),
@@ -41,7 +41,7 @@ H200 = Machine("H200", "sm_90a", {
     "l1_load_bytes": C(24576, "bytes", "E", "the 256 KiB L1 + SMEM pool less the 228 KiB shared-memory "
                        "carve-out a large-SMEM kernel takes, less a margin"),
     "lsu_cycles_per_line": C(1, "cycles", "E", "the SM's load/store unit takes one 128-byte line (L1 wavefront) per cycle: a global access whose 32 lanes touch k lines holds it k cycles (the L1's 128 B/clock per SM)"),
-    "alu_cost_factor_tensor_busy": C(2.0, "x", "F", "ALU issue while the SM's tensor pipe executes wgmma, which reads and writes its accumulator in the register file: fitted to the dequantize phase of tools/sm90_profile.py phases (cases named in BENCHMARKS.md), held out elsewhere"),
+    "alu_cost_factor_tensor_busy": C(2.0, "x", "F", "ALU issue while the SM's tensor pipe executes wgmma, which reads and writes its accumulator in the register file: fitted to the dequantize phase of calibration/sm90_profile.py phases (cases named in BENCHMARKS.md), held out elsewhere"),
     "latency_shfl": C(6, "cycles", "E", "no figure"),
     "latency_tmem_load": C(120, "cycles", "E", "no tcgen05 on sm_90a; kept for one cost table"),
     "wake_latency": C(92.5, "cycles", "H", "mbarrier hand-off between two warps"),
@@ -57,32 +57,32 @@ H200 = Machine("H200", "sm_90a", {
     "commit_latency": C(52, "cycles", "E", "B200 figure"),
     "hbm_bytes_per_us": C(4.53e6, "bytes/us", "H", "TMA 1D bulk, 64 KiB in flight per SM: 4.53 TB/s"),
     "hbm_write_bytes_per_us": C(4.51e6, "bytes/us", "E", "taken as the streaming read rate (4.51 TB/s)"),
-    "l2_dirty_writeback_fraction": C(0.60, "x l2_bytes", "H", "tools/h200_dirty_l2.py 2026-11-25: a read of S bytes after "
+    "l2_dirty_writeback_fraction": C(0.60, "x l2_bytes", "H", "calibration/h200_dirty_l2.py 2026-11-25: a read of S bytes after "
                                      "a zero-fill flush is 38 MB / hbm_bytes_per_us x (1 - exp(-S / l2_bytes)) slower than "
                                      "after a reading flush (fit over 16 sizes, 4 MB to 1 GB, residual 0.49 us RMS); "
                                      "38 MB = 0.60 of L2; writes: no difference"),
-    "hbm_tiled_efficiency": C(0.92, "x hbm rate", "H", "tools/h200_l2_tma.cu 2026-11-26: TMA boxes of 128 rows x 128 B "
+    "hbm_tiled_efficiency": C(0.92, "x hbm rate", "H", "calibration/h200_l2_tma.cu 2026-11-26: TMA boxes of 128 rows x 128 B "
                               "walked along K (rows 1024 and 3584 B apart), 4-12 loads of 16 KiB in flight per SM, "
                               "4.14-4.29 TB/s, against 4.60-4.63 for copies of 16 consecutive KiB: 0.90-0.93"),
-    "l2_bytes_per_us": C(9.1e6, "bytes/us", "H", "tools/h200_l2_tma.cu 2026-11-26: TMA loads of lines in L2, all 132 "
+    "l2_bytes_per_us": C(9.1e6, "bytes/us", "H", "calibration/h200_l2_tma.cu 2026-11-26: TMA loads of lines in L2, all 132 "
                          "SMs, distinct lines, 1-D and 2-D, 16 and 32 KiB loads, 2-12 in flight: 8.99-9.41 TB/s (one SM "
                          "alone 133 GB/s: the limit is the chip's). The 7.25 TB/s before was the issuing loop of "
                          "../shared/h200-microbench (a 64-bit modulo per load)"),
     "tma_hbm_latency": C(746, "cycles", "H", "TMA HBM miss, 4 KiB: median 859 SM cycles at the 1.98 GHz the H200 runs "
-                         "TMA-only kernels at = 434 ns (tools/h200_l2_tma.cu 2026-11-26; ../shared/h200-microbench: 855), "
+                         "TMA-only kernels at = 434 ns (calibration/h200_l2_tma.cu 2026-11-26; ../shared/h200-microbench: 855), "
                          "746 cycles at this description's 1.72 GHz: DRAM's latency is in nanoseconds"),
     "hbm_latency_load_factor": C(1.5, "x load^2", "H", "a TMA miss's latency x (1 + f load^2): f fitted (least squares) "
-                                 "to the measured TMA throughput at 4/8/16/32/64 KiB in flight per SM (tools/h200_l2_tma.cu "
+                                 "to the measured TMA throughput at 4/8/16/32/64 KiB in flight per SM (calibration/h200_l2_tma.cu "
                                  "2026-11-26: 1.10/1.91/3.08/4.25/4.49 TB/s, splits averaged; the rule gives "
                                  "+3/+2/-3/0/+1%, a fixed latency +13/+31/+47/+7/+1%). It was 1.8 with 855 cycles, fitted "
                                  "to ../shared/h200-microbench's table, whose issuing loop capped its small loads"),
     "tma_l2_latency": C(367, "cycles", "H", "TMA L2 hit, 4 KiB: 367 cycles"),
     "tma_store_latency": C(76, "cycles", "E", "measured on an H100 (sm_90, the H200's SM): a lone 2 KB box store "
-                           "completes 142 cycles after its issue (tools/hopper_tma_store.cu, 2026-11-26), of which 66 "
+                           "completes 142 cycles after its issue (calibration/hopper_tma_store.cu, 2026-11-26), of which 66 "
                            "pass the SM's store unit at tma_store_bytes_per_cycle"),
     "tma_store_bytes_per_cycle": C(31.0, "bytes/cycle", "E", "measured on an H100 (sm_90, the H200's SM): 4 warps each "
                                    "keeping 4 boxes of 2 KB in flight drain 30.8-31.0 B/cycle from one SM, any box shape "
-                                   "30.8-31.9; tools/hopper_tma_store_rate.cu, 2026-11-27"),
+                                   "30.8-31.9; calibration/hopper_tma_store_rate.cu, 2026-11-27"),
     "launch_gap_us": C(0.93, "us", "H", "kernel boundary gap 928 ns median without PDL"),
     "launch_gap_pdl_us": C(0.48, "us", "H", "480 ns with PDL"),
     "cta_dispatch_us": C(0.00054, "us/CTA", "E", "B200 figure [PB]"),
