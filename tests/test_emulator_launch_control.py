@@ -168,3 +168,68 @@ def test_try_cancel_after_an_observed_failure_is_an_error():
 def test_query_of_bytes_no_try_cancel_wrote_is_an_error():
     with pytest.raises(EmulatorError, match="no try_cancel wrote"):
         run(12, "eager", races=False, edits=[("ld.shared.b128 %q, [%r22];", "ld.shared.b128 %q, [%r20+32];")])
+
+
+# --------------------------------------------------------------------------------------------------
+# A CuTe DSL kernel of ours (tests/clc_kernel.py)
+# --------------------------------------------------------------------------------------------------
+
+DSL_MODES = [("1", "eager", 0), ("2", "eager", 0), ("1", "adversarial", 1), ("1", "adversarial", 2),
+             ("2", "adversarial", 3), ("1", "timed", 0)]
+DSL_DEFECTS = ["1:eager:0:drop-cancelled", "2:adversarial:1:drop-cancelled", "1:eager:0:no-wait",
+               "1:timed:0:no-release", "1:adversarial:1:no-release", "2:eager:0:no-release"]
+
+
+@pytest.fixture(scope="module")
+def dsl_results():
+    """Every DSL case, run in one process (the stub driver loads before cutlass): {case: its record}."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if sys.version_info < (3, 10):
+        pytest.skip("the DSL needs Python 3.10+")
+    root = Path(__file__).resolve().parent.parent
+    cases = [f"{c}:{m}:{s}" for c, m, s in DSL_MODES] + DSL_DEFECTS
+    done = subprocess.run([sys.executable, str(root / "tests" / "clc_kernel.py"), *cases], capture_output=True,
+                          text=True, timeout=900, cwd=root)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    records = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return {r["case"]: r for r in records}
+
+
+@pytest.mark.parametrize("cluster, mode, seed", DSL_MODES)
+def test_dsl_kernel_runs_every_tile_exactly_once(dsl_results, cluster, mode, seed):
+    """Both warps of every CTA count every tile once, with the race detector on; eager mode places half the
+    clusters and the first half take the rest by try_cancel (multicast for clusters of 2); timed mode places
+    148 CTAs and cancels the 12 in the dispatch queue."""
+    record = dsl_results[f"{cluster}:{mode}:{seed}"]
+    assert record["ok"], record
+    assert set(record["counts"]) == {1} and set(record["second"]) == {1}
+    stolen = sum(owner != cta for cta, owner in enumerate(record["owners"]))
+    if mode == "eager":
+        assert stolen == len(record["owners"]) // 2
+    if mode == "timed":
+        assert stolen == record["cancelled"] == 12
+
+
+def test_dsl_kernel_that_drops_a_cancelled_tile_leaves_it_undone(dsl_results):
+    for case in ("1:eager:0:drop-cancelled", "2:adversarial:1:drop-cancelled"):
+        record = dsl_results[case]
+        assert record["ok"] and 0 in record["counts"], record
+
+
+def test_dsl_kernel_reading_the_response_before_its_wait_is_caught(dsl_results):
+    record = dsl_results["1:eager:0:no-wait"]
+    assert not record["ok"] and record["kind"] == "clc" and "no try_cancel wrote" in record["error"], record
+
+
+def test_dsl_kernel_overwriting_a_response_still_being_read_is_caught(dsl_results):
+    """No barrier between the response's reads and the next try_cancel: timed, the race detector names the
+    read and the try_cancel's write; the other modes see a warp skip tiles or hang."""
+    record = dsl_results["1:timed:0:no-release"]
+    assert record["kind"] == "race" and "ld.shared" in record["error"] and "try_cancel" in record["error"], record
+    for case in ("1:adversarial:1:no-release", "2:eager:0:no-release"):
+        record = dsl_results[case]
+        assert not record["ok"] or 0 in record["second"], record
