@@ -103,7 +103,7 @@ def run_grid(grid, warps, *, step_budget: int) -> None:
         warp.wait = None
         grid.instructions += warp.run(budget)
         if grid.instructions > step_budget:
-            live = [w for w in warps if not w.done]
+            live = [w for cta in grid.ctas for w in cta.warps if not w.done]
             raise HangError("budget", f"step budget of {step_budget} warp instructions ran out",
                             hang_report(grid, live))
         if warp.done:
