@@ -1,6 +1,6 @@
 """A persistent CuTe DSL kernel of ours that takes its work by cluster launch control, for
-tests/test_emulator_launch_control.py. Compiled as for a B200 (sm_100a) and run in the emulator, in a process
-of its own (the stub driver loads before cutlass): `python tests/clc_kernel.py CASE...` prints one JSON line
+tests/emulator/test_emulator_launch_control.py. Compiled as for a B200 (sm_100a) and run in the emulator, in a process
+of its own (the stub driver loads before cutlass): `python tests/emulator/clc_kernel.py CASE...` prints one JSON line
 per case.
 
 The kernel: a grid of one tile per cluster (CTAs of 64 threads, clusters of 1 or 2). Each CTA starts with
@@ -29,7 +29,7 @@ import re
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 THREADS = 64

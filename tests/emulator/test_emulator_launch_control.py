@@ -1,7 +1,7 @@
 """Cluster launch control (emulator/isa/launch_control.py) on a small hand-written PTX kernel: a persistent
 grid whose CTAs take work by cancelling clusters not yet placed (`clusterlaunchcontrol.try_cancel`), in the
 three modes and with the race detector on, and the defects the emulator must catch. No driver and no DSL:
-launches are built here, as in test_emulator_core.py. tests/clc_kernel.py runs a CuTe DSL kernel of ours
+launches are built here, as in test_emulator_core.py. clc_kernel.py (beside this file) runs a CuTe DSL kernel of ours
 the same way through the stub driver.
 
 The kernel: CTA c starts with tile c; warp 0's lane 0 counts the tile (atom.add) and writes
@@ -171,7 +171,7 @@ def test_query_of_bytes_no_try_cancel_wrote_is_an_error():
 
 
 # --------------------------------------------------------------------------------------------------
-# A CuTe DSL kernel of ours (tests/clc_kernel.py)
+# A CuTe DSL kernel of ours (clc_kernel.py, beside this file)
 # --------------------------------------------------------------------------------------------------
 
 DSL_MODES = [("1", "eager", 0), ("2", "eager", 0), ("1", "adversarial", 1), ("1", "adversarial", 2),
@@ -190,10 +190,10 @@ def dsl_results():
 
     if sys.version_info < (3, 10):
         pytest.skip("the DSL needs Python 3.10+")
-    root = Path(__file__).resolve().parent.parent
+    here = Path(__file__).resolve().parent
     cases = [f"{c}:{m}:{s}" for c, m, s in DSL_MODES] + DSL_DEFECTS
-    done = subprocess.run([sys.executable, str(root / "tests" / "clc_kernel.py"), *cases], capture_output=True,
-                          text=True, timeout=900, cwd=root)
+    done = subprocess.run([sys.executable, str(here / "clc_kernel.py"), *cases], capture_output=True,
+                          text=True, timeout=900, cwd=here.parents[1])
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     records = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     return {r["case"]: r for r in records}

@@ -1,5 +1,5 @@
 """groundtruth/peer_dsl.py, the route that runs a peer's CuTe DSL leaderboard file in the emulator, tested with
-a file of ours (tests/dsl_peer_example.py: a pip install at import, TVM-FFI options, "cuda" tensors, a
+a file of ours (dsl_peer_example.py, beside this file: a pip install at import, TVM-FFI options, "cuda" tensors, a
 pointer table read on the device) and no peer's code. Each run is `python -m groundtruth.peer_dsl` in a
 process of its own (the stub driver loads before cutlass)."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-EXAMPLE = ROOT / "tests" / "dsl_peer_example.py"
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = Path(__file__).resolve().parent / "dsl_peer_example.py"
 SPEC = "m: [96, 128]; n: [128, 256]; k: [256, 512]; g: 2; seed: 1111"
 
 pytestmark = pytest.mark.skipif(sys.version_info < (3, 10), reason="the DSL needs Python 3.10+")
