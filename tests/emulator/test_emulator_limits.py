@@ -132,7 +132,7 @@ print(resources.registers, resources.static_shared, launch.shared_bytes, launch.
 
 
 @pytest.mark.skipif(sys.version_info < (3, 10), reason="the DSL needs Python 3.10+")
-def test_a_real_cubin_reads_as_cuobjdump_reads_it(tmp_path):
+def test_a_real_cubin_reads_as_cuobjdump_reads_it(tmp_path, nvidia_example):
     nvidia_bin = None
     try:
         import nvidia
@@ -160,7 +160,7 @@ def test_a_real_cubin_reads_as_cuobjdump_reads_it(tmp_path):
 
 
 @pytest.mark.skipif(sys.version_info < (3, 10), reason="the DSL needs Python 3.10+")
-def test_a_pair_allocation_the_peer_cta_skips_is_named_in_the_hang_report():
+def test_a_pair_allocation_the_peer_cta_skips_is_named_in_the_hang_report(nvidia_example):
     done = subprocess.run([sys.executable, str(ROOT / "tools" / "emulate.py"), "nvidia", "--mnk", "256,256,256",
                            "--mma-tiler", "256,128", "--cluster", "2,1", "--clusters", "1", "--ptx-filter",
                            f"{sys.executable} {ROOT / 'tests' / 'emulator' / 'ptx_pair_defects.py'} odd-cta-skips-alloc"],
