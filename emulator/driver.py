@@ -239,6 +239,13 @@ def _require():
     return _lib
 
 
+def library():
+    """The stub libcuda itself (ctypes.CDLL), for a host program written in Python that calls the driver API as
+    a C++ host would (cuModuleLoadData, cuTensorMapEncodeTiled, cuFuncSetAttribute, cuLaunchKernel...):
+    groundtruth/peer_cuda.py's twins of the peers' CUDA host code. Their launches are queued as the DSL's are."""
+    return _require()
+
+
 def device() -> DeviceIdentity:
     """The GPU the stub answers as."""
     _require()

@@ -100,6 +100,10 @@ class Kernel:
     shared: list  # SharedVariable, in declaration order (module scope and entry scope)
     reqntid: tuple | None = None
     source: str = ""
+    # performance-tuning directives (ISA 11.4): `.maxntid` (at most this many threads per CTA) and
+    # `.reqnctapercluster` (the cluster shape fixed at compile time, CUDA's `__cluster_dims__`)
+    maxntid: tuple | None = None
+    reqnctapercluster: tuple | None = None
     registers: set = field(default_factory=set)
 
     @property
@@ -261,7 +265,12 @@ def _parse_entry(clean: str, m, shared: list, source: str) -> Kernel:
     rq = re.search(r"\.reqntid\s+(\d+)(?:\s*,\s*(\d+))?(?:\s*,\s*(\d+))?", header)
     if rq:
         reqntid = tuple(int(x or 1) for x in rq.groups())
-    kernel = Kernel(name, params, [], {}, shared, reqntid, source)
+    directives = {}
+    for directive in ("maxntid", "reqnctapercluster"):
+        found = re.search(rf"\.{directive}\s+(\d+)(?:\s*,\s*(\d+))?(?:\s*,\s*(\d+))?", header)
+        if found:
+            directives[directive] = tuple(int(x or 1) for x in found.groups())
+    kernel = Kernel(name, params, [], {}, shared, reqntid, source, **directives)
     _parse_body(clean, body_start, kernel)
     return kernel
 
