@@ -215,7 +215,9 @@ def _parse_address(text: str, rename):
 # --------------------------------------------------------------------------------------------------
 
 _ENTRY = re.compile(r"\.(?:visible\s+|weak\s+)?\.?entry\s+([\w$]+)\s*\(", re.S)
-_SHARED = re.compile(r"(\.extern\s+)?\.shared\s+(?:\.align\s+(\d+)\s+)?\.(\w+)\s+([\w$]+)\s*\[(\d*)\]\s*;")
+# `[.extern] .shared [.align A] .type name[N]`, `name[]` (the dynamic array) or a scalar `name` (nvcc's
+# function-scope `__shared__` variables: ISA 5.1.5)
+_SHARED = re.compile(r"(\.extern\s+)?\.shared\s+(?:\.align\s+(\d+)\s+)?\.(\w+)\s+([\w$]+)\s*(?:\[(\d*)\])?\s*;")
 # `.param [.align A] .type [.ptr [.space] [.align N]] name[[count]]`: the `.ptr` attributes of a pointer
 # parameter (ISA 5.1.6.1: the state space and alignment of what it points to) leave its own layout unchanged
 _PARAM = re.compile(r"\.param\s+(?:\.align\s+(\d+)\s+)?\.(\w+)\s+(?:\.ptr\s+(?:\.(?:global|shared|const|local)\s+)?"
@@ -241,7 +243,7 @@ def parse_module(text: str) -> dict:
 def _shared_variable(m) -> SharedVariable:
     extern, align, typ, name, count = m.groups()
     elem = _TYPE_BYTES.get(typ, 1)
-    return SharedVariable(name, int(align or elem), elem * int(count or 0), bool(extern))
+    return SharedVariable(name, int(align or elem), elem * (1 if count is None else int(count or 0)), bool(extern))
 
 
 def _parse_entry(clean: str, m, shared: list, source: str) -> Kernel:

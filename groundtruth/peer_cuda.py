@@ -52,6 +52,7 @@ SOURCES = {
                   "aee9cda; files nvidia/nvfp4_group_gemm/submission_v*.py (board times: README.md at dcf43d7)",
 }
 
+KIND = "a CUDA C++ entry compiled with torch's load_inline"  # what recognizes() accepts (groundtruth/peers.py)
 ARCH = "sm_100a"
 SM_COUNT = 148  # a B200's
 WARP = 32
@@ -169,6 +170,19 @@ def cuda_text(src: InlineSource, extra: str = "") -> str:
 CTYPES = {"CUtensorMap": (128, 128), "half *": (8, 8), "int": (4, 4)}  # C type -> (size, alignment) on x86-64
 
 
+def struct_layout(fields) -> tuple:
+    """({field: (offset, size)}, struct size) of a C struct of (name, C type, array length) members as x86-64's
+    C++ compilers lay it out: each member at its type's alignment, the size rounded up to the largest."""
+    offset, align_max, out = 0, 1, {}
+    for name, ctype, count in fields:
+        size, align = CTYPES[ctype]
+        offset = -(-offset // align) * align
+        out[name] = (offset, size * count)
+        offset += size * count
+        align_max = max(align_max, align)
+    return out, -(-offset // align_max) * align_max
+
+
 @dataclass(frozen=True)
 class Twin:
     """One version's host code, as data. `fields`: the `__grid_constant__` struct's members in order, (name,
@@ -196,15 +210,7 @@ class Twin:
 
     def layout(self, groups: int) -> tuple:
         """({field: (offset, size)}, struct size) as the C++ compiler lays the struct out for `groups`."""
-        offset, align_max, out = 0, 1, {}
-        for name, ctype, count in self.fields:
-            size, align = CTYPES[ctype]
-            n = count(groups)
-            offset = -(-offset // align) * align
-            out[name] = (offset, size * n)
-            offset += size * n
-            align_max = max(align_max, align)
-        return out, -(-offset // align_max) * align_max
+        return struct_layout([(name, ctype, count(groups)) for name, ctype, count in self.fields])
 
     def row(self, groups: int, n: int, k: int, override: tuple | None = None) -> tuple:
         """The LAUNCH row for a shape: the table's, else (`override` or `default_row`) for an instance of the
@@ -578,10 +584,10 @@ class PeerCudaCase:
     def note(self) -> str:
         """One line: the twin, the row and whether the source's LAUNCH table has it."""
         g, bm, n, k, cg = self.row
-        where = "its LAUNCH table's" if self.twin.in_table(self.row) else "not in its LAUNCH table: an added instance"
-        return (f"{self.name} ({self.twin.author}'s {self.twin.version}): G={g} BLOCK_M={bm} N={n} K={k} "
-                f"CTA_GROUP={cg}, {self.twin.stages(self.row)} stages, {self.twin.shared_bytes(self.row)} B shared "
-                f"memory ({where} row)")
+        where = "a row of its LAUNCH table" if self.twin.in_table(self.row) else \
+            "an instance added: its LAUNCH table has no row for this shape"
+        return (f"{self.name}: G={g} BLOCK_M={bm} N={n} K={k} CTA_GROUP={cg}, {self.twin.stages(self.row)} stages, "
+                f"{self.twin.shared_bytes(self.row)} B of shared memory ({where})")
 
     @property
     def args(self) -> tuple:
@@ -642,6 +648,12 @@ class PeerCudaCase:
                 return "FAIL", (worst_ratio, worst), (f"group {g}: {int(bad.sum())} of {bad.numel()} outputs wrong, "
                                                       f"first at {idx}: {float(out[idx])} vs {float(ref[idx])}")
         return "PASS", (worst_ratio, worst), ""
+
+
+def make_case(source_text: str, spec: str, **options) -> PeerCudaCase:
+    """The route's case (groundtruth/peers.py): `row` (BLOCK_M, CTA_GROUP) for a shape outside the LAUNCH
+    table, `seed_shift` added to the spec's seed."""
+    return PeerCudaCase(source_text, spec, **options)
 
 
 def _spec_values(spec: str) -> dict:
