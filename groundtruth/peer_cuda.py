@@ -207,6 +207,11 @@ class Twin:
     board_us: tuple = ()  # the author's B200 times, benchmarks 1-4 (README)
     patches: dict = field(default_factory=dict)  # map list -> {int index patched: what}
     default_row: tuple = (128, 2)  # (BLOCK_M, CTA_GROUP) for a shape outside the table
+    a_box_rows: str = "128 / CTA_GROUP"  # the rows of A's box, in BLOCK_M and CTA_GROUP (create_args_template)
+
+    def a_rows(self, row) -> int:
+        _, block_m, _, _, cta_group = row
+        return int(eval(self.a_box_rows, {}, {"BLOCK_M": block_m, "CTA_GROUP": cta_group}))  # noqa: S307
 
     def layout(self, groups: int) -> tuple:
         """({field: (offset, size)}, struct size) as the C++ compiler lays the struct out for `groups`."""
@@ -282,6 +287,9 @@ class Twin:
         m = re.search(r"dim3\s+grid\s*\(\s*grid_n\s*,\s*std::min\(\s*(\d+)\s*/\s*grid_n", cuda)
         if not m or int(m.group(1)) != self.sm_budget:
             wrong.append(f"grid's SM budget {m and m.group(1)} (twin: {self.sm_budget})")
+        m = re.search(r"init_AB_tmap\(\s*args\.A_tmap_list\s*\+\s*i\s*,\s*nullptr\s*,\s*1\s*,\s*K\s*,([^,]+),", cuda)
+        if not m or m.group(1).replace(" ", "") != self.a_box_rows.replace(" ", ""):
+            wrong.append(f"A's box rows {m and m.group(1).strip()} (twin: {self.a_box_rows})")
         for tmap, patched in self.patches.items():
             indices = {int(i) for i in re.findall(r"reinterpret_cast<int\s*\*>\(args\." + tmap + r"\s*\+\s*i\)\[(\d+)\]",
                                                  cuda)}
@@ -341,10 +349,13 @@ _GAU_COMMON = dict(author="gau-nernst", kernel="kernel_cutlass",
                    fields=_GAU_FIELDS, block_n=128, block_k=256, warps=6, smem_budget=227 * 1024, sm_budget=148,
                    roles={0: "epilogue", 1: "epilogue", 2: "epilogue", 3: "epilogue", 4: "TMA", 5: "MMA"},
                    host="v5e", patches={"A_tmap_list": (9,), "SFA_tmap_list": (8,)})
+_GAU_TABLE = ((8, 128, 4096, 7168, 2), (8, 256, 7168, 2048, 2), (2, 128, 3072, 4096, 2), (2, 128, 4096, 1536, 2))
 TWINS = {
-    "gau-nernst v6b": Twin(version="v6b", launch_table=((8, 128, 4096, 7168, 2), (8, 256, 7168, 2048, 2),
-                                                        (2, 128, 3072, 4096, 2), (2, 128, 4096, 1536, 2)),
-                           board_us=(27.9, 19.4, 8.48, 6.43), **_GAU_COMMON),
+    # v6: BLOCK_M 256 as one MMA with N = 256 (A's box: BLOCK_M / CTA_GROUP rows)
+    "gau-nernst v6": Twin(version="v6", launch_table=_GAU_TABLE, board_us=(27.9, 19.7, 8.5, 6.43),
+                          a_box_rows="BLOCK_M / CTA_GROUP", **_GAU_COMMON),
+    # v6b: BLOCK_M 256 as two MMAs with N = 128 (A's box: 128 / CTA_GROUP rows, two loads per stage)
+    "gau-nernst v6b": Twin(version="v6b", launch_table=_GAU_TABLE, board_us=(27.9, 19.4, 8.48, 6.43), **_GAU_COMMON),
 }
 
 
@@ -452,7 +463,7 @@ class HostV5e:
                 return driver.encode_tiled(CU_TENSOR_MAP_DATA_TYPE_INT64, 1, 0, (total // 8,), (), (box_bytes // 8,),
                                            (1,), 0, CU_TENSOR_MAP_SWIZZLE_NONE, 0, 0)
 
-            maps = {"A_tmap_list": ab_map(1, 128 // cta_group), "B_tmap_list": ab_map(n, t.block_n),
+            maps = {"A_tmap_list": ab_map(1, t.a_rows(row)), "B_tmap_list": ab_map(n, t.block_n),
                     "SFA_tmap_list": sf_map(1, block_m * t.block_k // 16 // cta_group),
                     "SFB_tmap_list": sf_map(n, t.block_n * t.block_k // 16)}
             for name, encoded in maps.items():

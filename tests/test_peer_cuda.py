@@ -194,6 +194,7 @@ template <int NUM_GROUPS> struct Arguments {
 template <int NUM_GROUPS, int BLOCK_M, int N, int K, int NUM_STAGES, int CTA_GROUP>
 __global__ void kernel_cutlass(const __grid_constant__ Arguments<NUM_GROUPS> args, int K_dyn) {}
 void host() {
+  init_AB_tmap(args.A_tmap_list + i, nullptr, 1, K, 128 / CTA_GROUP, BLOCK_K);
   reinterpret_cast<int *>(args.A_tmap_list + i)[9] = 0;
   reinterpret_cast<int *>(args.SFA_tmap_list + i)[8] = 0;
   const dim3 grid(grid_n, std::min(148 / grid_n, 1));
@@ -215,11 +216,15 @@ def test_a_twin_is_checked_against_the_source_it_mirrors():
                            ("BLOCK_K = 256", "BLOCK_K = 512", "BLOCK_K"),
                            ("[9] = 0", "[10] = 0", "A_tmap_list"),
                            ("148 / grid_n", "132 / grid_n", "SM budget"),
-                           ("227 * 1024", "200 * 1024", "shared-memory budget")]:
+                           ("227 * 1024", "200 * 1024", "shared-memory budget"),
+                           ("K, 128 / CTA_GROUP", "K, 64, ", "A's box rows")]:
         wrong = twin.check(SYNTHETIC.replace(old, new))
         assert len(wrong) == 1 and what in wrong[0], (what, wrong)
         with pytest.raises(peer_cuda.PeerRefused, match=what):
             peer_cuda.identify(SYNTHETIC.replace(old, new))
+    # v6's host differs from v6b's in A's box alone, and identify tells them apart by it
+    v6 = SYNTHETIC.replace("K, 128 / CTA_GROUP, BLOCK_K", "K, BLOCK_M / CTA_GROUP, BLOCK_K")
+    assert peer_cuda.identify(v6)[0] == "gau-nernst v6" and peer_cuda.identify(SYNTHETIC)[0] == "gau-nernst v6b"
 
 
 def test_the_twins_arithmetic_and_layout():
@@ -359,11 +364,12 @@ def _peer(name: str) -> Path:
     return path
 
 
-def test_v6b_twin_matches_the_real_source():
-    text = _peer("gau-nernst/submission_v6b.py").read_text()
+@pytest.mark.parametrize("version", ["v6", "v6b"])
+def test_twin_matches_the_real_source(version):
+    text = _peer(f"gau-nernst/submission_{version}.py").read_text()
     src = peer_cuda.inline_source(text)
     assert src is not None
-    assert peer_cuda.identify(src.cuda)[0] == "gau-nernst v6b"
+    assert peer_cuda.identify(src.cuda)[0] == f"gau-nernst {version}"
 
 
 def _emulate_peer(path, spec, *extra):
