@@ -9,6 +9,7 @@ them; clock.py). Programs are cached by PTX text, so repeated launches of one ke
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import subprocess
@@ -111,7 +112,11 @@ def with_compiled_cluster(launch, kernel):
                                f"clusters of {tuple(compiled)} (.reqnctapercluster)")
     if tuple(launch.cluster) == tuple(compiled):
         return launch
-    return dataclasses.replace(launch, cluster=tuple(compiled))
+    if dataclasses.is_dataclass(launch):
+        return dataclasses.replace(launch, cluster=tuple(compiled))
+    resolved = copy.copy(launch)  # a test's SimpleNamespace
+    resolved.cluster = tuple(compiled)
+    return resolved
 
 
 def pdl_of(launch) -> bool:
