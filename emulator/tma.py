@@ -48,6 +48,10 @@ dim 0's traversal stride is ignored; a store writes a row's in-bounds bytes roun
 faults on a shared address not 128-byte aligned, an innermost coordinate not at a 16-byte boundary, and a
 store at a negative coordinate; swizzled rows shorter than the span are pitched at the span (not modeled).
 
+Encoding (`encode_tensor_map`, `encode_fields`: the table above the other way round, the decoder's exact inverse;
+`encode_tiled`: what a driver's `cuTensorMapEncodeTiled` writes for its arguments, and what it refuses; the stub
+driver's C twin writes the same bytes) serves host code that calls the driver, as the peers' CUDA entries do.
+
 Modeled: tiled loads (`load_box`) and stores (`store_box`) of ranks 1-5, element formats of 8 to 64 bits
 and packed 4-bit, swizzles none/32/64/128 B (128 B also with 32 B and 64 B atomicity), out-of-bound
 zero and NaN fill, traversal strides, the transaction bytes of a box (`box_bytes`), the faults above

@@ -9,6 +9,7 @@
  * parameter bytes (laid out from the cubin's .nv.info EIATTR_KPARAM_INFO), for emulator/driver.py to take
  * (custub_launch_count / custub_launch_get / custub_launch_param / custub_launch_clear), with what the launch
  * checks of emulator/limits.py need (custub_launch_kernel: the kernel's attributes as set, its cubin ELF).
+ * cuTensorMapEncodeTiled writes the hardware's 128-byte map (emulator/tma.py's layout), as a real driver does.
  * CUSTUB_LOG=1 logs every call on stderr.
  */
 #define _GNU_SOURCE
