@@ -383,3 +383,41 @@ def test_v6b_passes_a_small_spec(row):
     _toolkit()
     done = _emulate_peer(path, "m: [200, 76]; n: [256, 256]; k: [512, 512]; g: 2; seed: 1111", "--row", row)
     assert done.returncode == 0 and done.stdout.splitlines()[-1].startswith("PASS"), done.stdout + done.stderr
+
+
+def _planted_case(twin, spec):
+    """A v6b case with a planted twin, run once in eager mode in a process whose driver is the stub."""
+    code = (
+        "import sys, dataclasses\n"
+        f"sys.path[:0] = {[str(ROOT), str(ROOT / 'tests')]!r}\n"
+        "from emulator import driver\n"
+        "driver.install()\n"
+        "import emulator\n"
+        "from groundtruth import peer_cuda\n"
+        f"twin = dataclasses.replace(peer_cuda.TWINS['gau-nernst v6b'], **{twin!r})\n"
+        f"case = peer_cuda.PeerCudaCase(open({str(_peer('gau-nernst/submission_v6b.py'))!r}).read(), {spec!r}, twin=twin)\n"
+        "emu = emulator.Emulator(warp_roles=case.warp_roles, step_budget=2_000_000)\n"
+        "case.register(emu)\n"
+        "try:\n"
+        "    emu.call(case.compiled, *case.args)\n"
+        "    print(case.compare()[0])\n"
+        "except emulator.HangError:\n"
+        "    print('HANG')\n"
+        "except emulator.EmulatorError as e:\n"
+        "    print('ERROR', e.kind)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("planted, verdict", [
+    # M - 1 written into A's dim-0 size word (int 8) instead of dim 1's (int 9): the 256-wide dim 0 shrinks, so
+    # every row's bytes past M / 2 are filled with zeros
+    ({"patches": {"A_tmap_list": (8,), "SFA_tmap_list": (8,)}}, "FAIL"),
+    # A's box of 32 rows instead of 64: the TMA unit delivers fewer bytes than the expect-tx count
+    ({"a_box_rows": "64 / CTA_GROUP"}, "HANG"),
+])
+def test_a_planted_twin_defect_in_v6b_is_caught(planted, verdict):
+    _toolkit()
+    assert _planted_case(planted, "m: [200, 76]; n: [256, 256]; k: [512, 512]; g: 2; seed: 1111") == verdict
