@@ -208,6 +208,10 @@ class Twin:
     patches: dict = field(default_factory=dict)  # map list -> {int index patched: what}
     default_row: tuple = (128, 2)  # (BLOCK_M, CTA_GROUP) for a shape outside the table
     a_box_rows: str = "128 / CTA_GROUP"  # the rows of A's box, in BLOCK_M and CTA_GROUP (create_args_template)
+    # the LAUNCH macro's parameters (`launch_table` rows are always (G, BLOCK_M, N, K, CTA_GROUP)), and BLOCK_M
+    # where the source fixes it as a constant instead of taking it per row
+    launch_params: tuple = ("G", "BLOCK_M", "N", "K", "CTA_GROUP")
+    block_m_fixed: int | None = None
 
     def a_rows(self, row) -> int:
         _, block_m, _, _, cta_group = row
@@ -224,6 +228,9 @@ class Twin:
             if row[0] == groups and row[2] == n and row[3] == k and override is None:
                 return row
         block_m, cta_group = override or self.default_row
+        if self.block_m_fixed is not None and block_m != self.block_m_fixed:
+            raise PeerRefused(f"{self.author} {self.version}: BLOCK_M is {self.block_m_fixed} in this version "
+                              f"(--row {block_m},{cta_group})")
         return (groups, block_m, n, k, cta_group)
 
     def in_table(self, row: tuple) -> bool:
@@ -252,18 +259,23 @@ class Twin:
         return (grid_n, min(self.sm_budget // grid_n, m_tiles), 1)
 
     def template_args(self, row) -> tuple:
+        """The kernel template's arguments for a row, in the template's order."""
         groups, block_m, n, k, cta_group = row
-        return (groups, block_m, n, k, self.stages(row), cta_group)
+        values = {"NUM_GROUPS": groups, "BLOCK_M": block_m, "N": n, "K": k, "NUM_STAGES": self.stages(row),
+                  "CTA_GROUP": cta_group}
+        return tuple(values[p] for p in self.template)
 
     # ---- the twin against its source ----
 
     def check(self, cuda: str) -> list:
         """What in the CUDA source contradicts this twin: [] when every fact the twin relies on is there."""
         wrong = []
-        rows = tuple(tuple(int(x) for x in m) for m in
-                     re.findall(r"^\s*LAUNCH\(\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\)", cuda, re.M))
-        if rows != tuple(self.launch_table):
-            wrong.append(f"LAUNCH table {rows} (twin: {tuple(self.launch_table)})")
+        rows = tuple(tuple(int(x) for x in m.split(",")) for m in
+                     re.findall(r"^\s*LAUNCH\(\s*(\d+(?:\s*,\s*\d+)*)\s*\)", cuda, re.M))
+        names = ("G", "BLOCK_M", "N", "K", "CTA_GROUP")
+        table = tuple(tuple(r[names.index(p)] for p in self.launch_params) for r in self.launch_table)
+        if rows != table:
+            wrong.append(f"LAUNCH table {rows} (twin: {table})")
         struct = re.search(r"struct\s+" + self.struct + r"\s*\{(.*?)\};", cuda, re.S)
         members = [] if struct is None else re.findall(r"^\s*([\w ]+?\s*\*?)\s*(\w+)\s*\[([^\]]+)\]\s*;",
                                                         struct.group(1), re.M)
@@ -273,7 +285,10 @@ class Twin:
         have = [(name, ctype, eval(count.replace("NUM_GROUPS", "8"))) for name, ctype, count in found]  # noqa: S307
         if have != want:
             wrong.append(f"struct {self.struct} members {have} (twin, for 8 groups: {want})")
-        for name, value in (("BLOCK_N", self.block_n), ("BLOCK_K", self.block_k), ("NUM_WARPS", self.warps)):
+        constants = (("BLOCK_N", self.block_n), ("BLOCK_K", self.block_k), ("NUM_WARPS", self.warps))
+        if self.block_m_fixed is not None:
+            constants += (("BLOCK_M", self.block_m_fixed),)
+        for name, value in constants:
             m = re.search(rf"constexpr\s+int\s+{name}\s*=\s*(\d+)\s*;", cuda)
             if not m or int(m.group(1)) != value:
                 wrong.append(f"{name} {m and m.group(1)} (twin: {value})")
@@ -351,6 +366,11 @@ _GAU_COMMON = dict(author="gau-nernst", kernel="kernel_cutlass",
                    host="v5e", patches={"A_tmap_list": (9,), "SFA_tmap_list": (8,)})
 _GAU_TABLE = ((8, 128, 4096, 7168, 2), (8, 256, 7168, 2048, 2), (2, 128, 3072, 4096, 2), (2, 128, 4096, 1536, 2))
 TWINS = {
+    # v5g: BLOCK_M a constant 128 (no template parameter, LAUNCH(G, N, K, CTA_GROUP)), A loaded only where in bounds
+    "gau-nernst v5g": Twin(version="v5g", launch_table=tuple((g, 128, n, k, cg) for g, _, n, k, cg in _GAU_TABLE),
+                           board_us=(28.5, 20.3, 8.51, 6.49), a_box_rows="BLOCK_M / CTA_GROUP",
+                           launch_params=("G", "N", "K", "CTA_GROUP"), block_m_fixed=128,
+                           **dict(_GAU_COMMON, template=("NUM_GROUPS", "N", "K", "NUM_STAGES", "CTA_GROUP"))),
     # v6: BLOCK_M 256 as one MMA with N = 256 (A's box: BLOCK_M / CTA_GROUP rows)
     "gau-nernst v6": Twin(version="v6", launch_table=_GAU_TABLE, board_us=(27.9, 19.7, 8.5, 6.43),
                           a_box_rows="BLOCK_M / CTA_GROUP", **_GAU_COMMON),

@@ -364,7 +364,7 @@ def _peer(name: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("version", ["v6", "v6b"])
+@pytest.mark.parametrize("version", ["v5g", "v6", "v6b"])
 def test_twin_matches_the_real_source(version):
     text = _peer(f"gau-nernst/submission_{version}.py").read_text()
     src = peer_cuda.inline_source(text)
