@@ -186,9 +186,10 @@ def struct_layout(fields) -> tuple:
 @dataclass(frozen=True)
 class Twin:
     """One version's host code, as data. `fields`: the `__grid_constant__` struct's members in order, (name,
-    C type, count as a function of the group count); `launch_table`: its LAUNCH(G, BLOCK_M, N, K, CTA_GROUP)
-    rows; `template`: the kernel template's parameters, in order; `smem_budget`: the bytes its stage count is
-    computed from; `sm_budget`: the SMs its grid may use; `roles`: warp -> role."""
+    C type, count as a function of the group count); `launch_table`: its LAUNCH rows as (G, BLOCK_M, N, K,
+    CTA_GROUP); `template`: the kernel template's parameters, in order; `smem_budget`: the bytes its stage count
+    is computed from; `sm_budget`: the SMs its grid may use; `roles`: warp -> role; `host`: the design of the
+    per-call code (HOSTS). `check(source)` lists what in a source contradicts it."""
 
     version: str
     author: str
@@ -205,7 +206,7 @@ class Twin:
     roles: dict
     host: str  # the host design (HOSTS)
     board_us: tuple = ()  # the author's B200 times, benchmarks 1-4 (README)
-    patches: dict = field(default_factory=dict)  # map list -> {int index patched: what}
+    patches: dict = field(default_factory=dict)  # map list -> the int words the host writes per call
     default_row: tuple = (128, 2)  # (BLOCK_M, CTA_GROUP) for a shape outside the table
     a_box_rows: str = "128 / CTA_GROUP"  # the rows of A's box, in BLOCK_M and CTA_GROUP (create_args_template)
     # the LAUNCH macro's parameters (`launch_table` rows are always (G, BLOCK_M, N, K, CTA_GROUP)), and BLOCK_M
@@ -239,7 +240,7 @@ class Twin:
     # ---- the host's arithmetic (group_gemm_launch) ----
 
     def stages(self, row) -> int:
-        _, block_m, _, _, cta_group = row
+        """Every stage that fits the shared-memory budget (NUM_STAGES)."""
         dynamic, static = self._stage_bytes(row)
         return (self.smem_budget - static) // dynamic
 
@@ -507,8 +508,10 @@ class HostV5e:
             a, b, sfa, sfb, c, m = groups[idx]
 
             def put(name, index, fmt, value):
-                offset = layout[name][0] + (128 * i if name.endswith("tmap_list") else struct_size(fmt) * i)
-                np.frombuffer(args, dtype=fmt, count=1, offset=offset + struct_size(fmt) * index)[...] = value
+                """Member `name`'s element i (a 128-byte map, or a scalar), its `index`-th word of type `fmt`."""
+                width = np.dtype(fmt).itemsize
+                offset = layout[name][0] + (128 * i if name.endswith("tmap_list") else width * i) + width * index
+                np.frombuffer(args, dtype=fmt, count=1, offset=offset)[...] = value
 
             (a_rows_word,), (sfa_size_word,) = t.patches["A_tmap_list"], t.patches["SFA_tmap_list"]
             put("A_tmap_list", 0, np.uint64, a.data_ptr())
@@ -527,10 +530,6 @@ class HostV5e:
         shared = t.shared_bytes(row)
         driver.launch(function, grid, block, shared, [bytes(args), np.int32(k).tobytes()])
         return {"grid": grid, "block": block, "shared": shared, "args": bytes(args), "order": order}
-
-
-def struct_size(fmt) -> int:
-    return np.dtype(fmt).itemsize
 
 
 HOSTS = {"v5e": HostV5e}
