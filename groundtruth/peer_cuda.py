@@ -461,7 +461,13 @@ class HostV5e:
     (std::sort: ties in an unspecified order; here in index order), and for each the maps' address word
     written, A's dim-1 size word (int 9) set to M - 1 and SFA's dim-0 size word (int 8) to its scale bytes - 1,
     the C pointer, M and the running sum of M tiles stored; grid (N / BLOCK_N, min(148 / grid_n, M tiles)),
-    BLOCK threads, every stage that fits 227 KiB; cudaFuncSetAttribute then `<<<grid, block, smem>>>(args, K)`."""
+    BLOCK threads, every stage that fits 227 KiB; cudaFuncSetAttribute then `<<<grid, block, smem>>>(args, K)`.
+
+    Nothing in a repeated call blocks the host or synchronizes: custom_kernel allocates each group's output with
+    torch.empty (the caching allocator, which reuses its blocks once warm), the C++ reads sizes and data_ptr()s,
+    patches the static struct (8 groups: 4352 bytes, past the classic 4 KiB of kernel parameters, which CUDA 12.1
+    and later allow), calls cudaFuncSetAttribute (every call) and launches; its torch.cuda.synchronize() is
+    commented out. Groups of different N or K go to torch._scaled_mm instead (not modelled: refused)."""
 
     def __init__(self, twin: Twin):
         self.twin = twin
