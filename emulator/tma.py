@@ -364,6 +364,11 @@ DRIVER_FORMAT = {
 _FLOAT_TYPES = {TensorMapDataType.FLOAT16, TensorMapDataType.FLOAT32, TensorMapDataType.FLOAT64,
                 TensorMapDataType.BFLOAT16, TensorMapDataType.FLOAT32_FTZ, TensorMapDataType.TFLOAT32,
                 TensorMapDataType.TFLOAT32_FTZ}
+# the driver's CUtensorMapSwizzle values past 128B (CUDA 12.8+): the 128-byte swizzle with 32- or 64-byte atoms,
+# as (swizzle span, atomicity); their atomicity bits are the ones the DSL writes for the same smem layouts (a
+# driver was never seen writing them: an H100's refuses them)
+DRIVER_SWIZZLE_ATOMS = {4: (Swizzle.B128, SwizzleAtomicity.B32), 5: (Swizzle.B128, SwizzleAtomicity.B32_FLIP_8B),
+                        6: (Swizzle.B128, SwizzleAtomicity.B64)}
 CUDA_ERROR_INVALID_VALUE = 1
 
 
@@ -377,7 +382,7 @@ def encode_tiled(data_type, rank: int, global_address: int, global_dim, global_s
                  element_strides, interleave=Interleave.NONE, swizzle=Swizzle.NONE,
                  l2_promotion=L2Promotion.NONE, oob_fill=OobFill.ZERO) -> bytes:
     """The map a real driver's `cuTensorMapEncodeTiled` writes for these arguments (in its order and terms:
-    the enums' values are the driver's CU_TENSOR_MAP_* values, `global_strides` the rank - 1 byte strides of
+    the enums' values are the driver's CU_TENSOR_MAP_* values (swizzles 4-6: DRIVER_SWIZZLE_ATOMS), `global_strides` the rank - 1 byte strides of
     dims 1.., dims and boxes in elements, 4-bit elements for the packed types), words 0-7 as the driver vectors
     of tests/test_emulator_tma.py show them (the DSL's bits 1 and 21 of word 1 are never set), words 8-15
     zero (the driver's bookkeeping there, e.g. 0x400, is not reproduced: no copy reads it). Refused as the
@@ -388,7 +393,9 @@ def encode_tiled(data_type, rank: int, global_address: int, global_dim, global_s
     32-byte interleave."""
     try:
         data_type = TensorMapDataType(data_type)
-        interleave, swizzle = Interleave(interleave), Swizzle(swizzle)
+        swizzle, atomicity = DRIVER_SWIZZLE_ATOMS[int(swizzle)] if int(swizzle) in DRIVER_SWIZZLE_ATOMS else \
+            (Swizzle(swizzle), SwizzleAtomicity.B16)
+        interleave = Interleave(interleave)
         l2_promotion, oob_fill = L2Promotion(l2_promotion), OobFill(oob_fill)
     except ValueError as e:
         raise TensorMapEncodeError(f"cuTensorMapEncodeTiled: {e}") from None
@@ -424,7 +431,8 @@ def encode_tiled(data_type, rank: int, global_address: int, global_dim, global_s
         refuse(f"NaN out-of-bound fill for {data_type.name}")
     return encode_tensor_map(global_address=global_address, element_format=element_format, dims=dims,
                              strides=strides, box=box, element_strides=estrides, interleave=interleave,
-                             swizzle=swizzle, l2_promotion=l2_promotion, oob_fill=oob_fill, round_to_tf32=tf32)
+                             swizzle=swizzle, swizzle_atomicity=atomicity, l2_promotion=l2_promotion,
+                             oob_fill=oob_fill, round_to_tf32=tf32)
 
 
 # ---- swizzles (ISA 5.5.7) ----

@@ -48,6 +48,30 @@ def test_encode_reproduces_dsl_maps_from_their_fields(name):
     assert tma.decode_tensor_map(tma.encode_fields(decoded)) == decoded
 
 
+# hardware element format -> the driver's CUtensorMapDataType that encodes it (the tf32 bit picks TFLOAT32)
+_DATA_TYPE = {"U8": 0, "U16": 1, "U32": 2, "S32": 3, "U64": 4, "S64": 5, "F16": 6, "F32": 7, "F64": 8, "BF16": 9,
+              "F32_FTZ": 10, "B4X16": 13}
+
+
+@pytest.mark.parametrize("name", sorted(vectors.DSL_VECTORS))
+def test_a_dsl_map_is_what_cuTensorMapEncodeTiled_writes_for_its_tensor(name):
+    """The DSL's host code encodes its maps itself; from the same tensor and box, the driver's encoder (tma.encode_tiled,
+    the stub's) writes the same words 0-7 but for the two bits the DSL alone sets (word 1 bits 1 and 21)."""
+    raw = _words(vectors.DSL_VECTORS[name])
+    t = tma.decode_tensor_map(raw)
+    data_type = 11 if t.round_to_tf32 else _DATA_TYPE[t.element_format.name]
+    swizzle = {tma.SwizzleAtomicity.B16: int(t.swizzle)}.get(t.swizzle_atomicity,
+                                                              3 + int(t.swizzle_atomicity))  # 128B_ATOM_*
+    encoded = tma.encode_tiled(data_type, t.rank, t.global_address, t.dims, t.strides, t.box, t.element_strides,
+                               t.interleave, swizzle, t.l2_promotion, t.oob_fill)
+    dsl_bits = 1 << 1 | 1 << 21
+    words = list(struct.unpack("<8Q", raw[:64]))
+    words[1] &= ~dsl_bits
+    assert struct.unpack("<8Q", encoded[:64]) == tuple(words)
+    assert _stub_encode(_stub(), (data_type, t.rank, t.dims, t.strides, t.box, t.element_strides, int(t.interleave),
+                                  swizzle, int(t.l2_promotion), int(t.oob_fill), t.global_address)) == (0, encoded)
+
+
 @pytest.mark.parametrize("name", sorted(vectors.DRIVER_VECTORS))
 def test_encode_reproduces_driver_maps_from_their_fields(name):
     raw = _words(vectors.DRIVER_VECTORS[name])

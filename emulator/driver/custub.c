@@ -327,8 +327,11 @@ CUresult cuTensorMapEncodeTiled(void *map, int dtype, unsigned rank, void *gaddr
                                 const unsigned *box, const unsigned *estride, int interleave, int swizzle, int l2, int oob) {
   u64 a = (u64)gaddr, w[16] = {0};
   LOG("cuTensorMapEncodeTiled(dtype %d, rank %u, %p, swizzle %d)", dtype, rank, gaddr, swizzle);
-  if (dtype < 0 || dtype > 15 || interleave < 0 || interleave > 2 || swizzle < 0 || swizzle > 3 || l2 < 0 || l2 > 3 ||
+  if (dtype < 0 || dtype > 15 || interleave < 0 || interleave > 2 || swizzle < 0 || swizzle > 6 || l2 < 0 || l2 > 3 ||
       oob < 0 || oob > 1) return ERR_INVALID_VALUE;
+  /* CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B, _ATOM_32B_FLIP_8B, _ATOM_64B: the 128-byte span, atomicity 1, 2, 3 */
+  int atomicity = swizzle > 3 ? swizzle - 3 : 0;
+  if (swizzle > 3) swizzle = 3;
   if (rank < (interleave ? 3u : 1u) || rank > 5) return ERR_INVALID_VALUE;
   u64 align = interleave == 2 ? 32 : 16;
   if (a % align) return ERR_INVALID_VALUE;
@@ -345,7 +348,8 @@ CUresult cuTensorMapEncodeTiled(void *map, int dtype, unsigned rank, void *gaddr
   for (unsigned i = 0; i + 1 < rank; i++) s[i] = strides[i] >> 4;
   w[0] = a;
   w[1] = (u64)(rank - 1) << 4 | (u64)tmap_type[dtype].format << 7 | (u64)interleave << 11 | (u64)swizzle << 13 |
-         (u64)oob << 15 | (u64)tmap_type[dtype].tf32 << 16 | (u64)l2 << 17 | (s[0] & 0xffffffffULL) << 32;
+         (u64)oob << 15 | (u64)tmap_type[dtype].tf32 << 16 | (u64)l2 << 17 | (u64)atomicity << 19 |
+         (s[0] & 0xffffffffULL) << 32;
   w[2] = (s[1] & 0xffffffffULL) | (s[2] & 0xffffffffULL) << 32;
   w[3] = s[3] & 0xffffffffULL;
   for (int i = 0; i < 4; i++) w[3] |= (s[i] >> 32) << (32 + 4 * i);
