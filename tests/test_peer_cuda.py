@@ -378,6 +378,17 @@ def test_peer_command_refuses_a_file_it_does_not_run(tmp_path):
     assert "not a kind of entry this tool runs" in done.stdout
 
 
+def test_peer_command_refuses_a_cuda_entry_no_twin_mirrors(tmp_path):
+    """A load_inline entry is recognized, but without a twin of its host code it is refused (exit 5), naming why."""
+    entry = tmp_path / "entry.py"
+    entry.write_text(K.PYTHON_SOURCE)
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "emulate.py"), "peer", "--source", str(entry),
+                           "--spec", "m: [64]; n: [256]; k: [256]; g: 1; seed: 1"], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 5, done.stdout + done.stderr
+    assert "no twin of this source's host code" in done.stdout.splitlines()[-1]
+
+
 # ---- the peers' own files, where NVFP4_PEERS holds them ----
 
 
