@@ -1,6 +1,6 @@
 """A CUDA C++ kernel of the project's own, in the form the peers' entries take (torch's load_inline, a
 `__grid_constant__` struct of tensor maps patched by the host), for the tests of the peer CUDA route
-(tests/test_peer_cuda.py): nvcc from PyPI, its PTX in the emulator, maps from the stub driver's
+(tests/groundtruth/test_peer_cuda.py): nvcc from PyPI, its PTX in the emulator, maps from the stub driver's
 cuTensorMapEncodeTiled, a launch through the stub's cuLaunchKernel.
 
 The kernel: a cluster of two CTAs (`__cluster_dims__`), CTA x of the grid takes tile y of input
@@ -65,7 +65,7 @@ template __global__ void tile_add<128, 8>(const __grid_constant__ Params, int);
 # The struct as the C++ compiler lays it out (groundtruth/peer_cuda.struct_layout's terms)
 FIELDS = (("in_maps", "CUtensorMap", 2), ("out_map", "CUtensorMap", 1), ("rows", "int", 1), ("tile_bytes", "int", 1))
 
-PYTHON_SOURCE = f'''"""A load_inline entry whose CUDA source is tests/peer_cuda_kernels.CUDA_SRC (the route's recognizer reads it)."""
+PYTHON_SOURCE = f'''"""A load_inline entry whose CUDA source is tests/groundtruth/peer_cuda_kernels.CUDA_SRC (the route's recognizer reads it)."""
 from torch.utils.cpp_extension import load_inline
 
 CUDA_SRC = r"""{CUDA_SRC}"""

@@ -1,7 +1,7 @@
 """The peer CUDA route (groundtruth/peer_cuda.py): the tensor-map encoder, nvcc from PyPI, nvcc's PTX in the
 emulator, launches through the stub driver, and twins checked against sources.
 
-CI runs the project's own CUDA kernel (tests/peer_cuda_kernels.py) and synthetic sources only: the peers'
+CI runs the project's own CUDA kernel (tests/groundtruth/peer_cuda_kernels.py) and synthetic sources only: the peers'
 files carry no license and are not in the repository. With NVFP4_PEERS set to a folder holding them
 (`NVFP4_PEERS/gau-nernst/submission_v6b.py`, from `git clone https://github.com/gau-nernst/gpu-mode-kernels`,
 commit aee9cda, nvidia/nvfp4_group_gemm/), the tests marked `peer` also check the twin against the real file
@@ -276,12 +276,12 @@ def _toolkit():
 
 
 def _run_tile_add(rows=32, defect=None, mode="eager"):
-    """Compile tests/peer_cuda_kernels.py's kernel, run it through the stub driver as a C++ host would (maps
+    """Compile tests/groundtruth/peer_cuda_kernels.py's kernel, run it through the stub driver as a C++ host would (maps
     from cuTensorMapEncodeTiled, the struct packed, cuLaunchKernel), emulate it. `defect` plants a host
     mistake. Returns (the emulator's verdict word, the output, the expected output)."""
     code = (
         "import sys, json, numpy as np\n"
-        f"sys.path[:0] = {[str(ROOT), str(ROOT / 'tests')]!r}\n"
+        f"sys.path[:0] = {[str(ROOT), str(ROOT / 'tests'), str(ROOT / 'tests' / 'groundtruth')]!r}\n"
         "from emulator import driver\n"
         "driver.install()\n"
         "import emulator\n"
@@ -424,7 +424,7 @@ def _planted_case(twin, spec):
     """A v6b case with a planted twin, run once in eager mode in a process whose driver is the stub."""
     code = (
         "import sys, dataclasses\n"
-        f"sys.path[:0] = {[str(ROOT), str(ROOT / 'tests')]!r}\n"
+        f"sys.path[:0] = {[str(ROOT), str(ROOT / 'tests'), str(ROOT / 'tests' / 'groundtruth')]!r}\n"
         "from emulator import driver\n"
         "driver.install()\n"
         "import emulator\n"
