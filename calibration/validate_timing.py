@@ -6,6 +6,8 @@ whether every ranking of two configurations of one shape came out right.
         [--timing-only] [--calls N] [--save FILE.json] [--markdown]
     python calibration/validate_timing.py --simulated FILE.json [--fit-cases ...] [--markdown]   # report saved rows
     python calibration/validate_timing.py --flashinfer-anchors [--points 1,2,..] [--jobs N] [--save FILE.json]
+    python calibration/validate_timing.py --peers DIR [--versions v6b,..] [--benchmarks 1,..] [--jobs N] [--calls N]
+        [--save FILE.json]                                        # the peers' published board times (issue 46)
 
 MEASURED: the JSON that calibration/h200_timing_cases.py writes on an H200 (a list of {"case", "spec", "config",
 "mean_us"}), or a CSV (`case,config,mean_us`, header first) whose case is `task N` (task.yml's benchmark N),
@@ -36,6 +38,15 @@ and once with autotuning; the draw without autotuning is used.
 The published figures of the calibration set (these FlashInfer points, gau-nernst's ladder, teelaitila's final,
 Nareg's designs) with their sources, runners, host-blocking verdicts and the proposed fit subset:
 tools/data/published_b200_times.csv, loaded by calibration/published.py (load_published).
+
+`--peers DIR`: every row of that file whose entry has a route (tools/emulate.py peer) and whose file is in DIR
+(gau-nernst's as DIR/gau-nernst/submission_VERSION.py, teelaitila's as DIR/teelaitila_submissionv3.py; the files
+carry no license and are not in this repository: the CSV's `code` column says where each is), simulated on its
+task.yml benchmark as a stream of `--calls` calls (default 4: the board's back-to-back calls), timing only, with
+the B200 description; the board time per call is compared with the published figure. The report gives each row's
+error, whether the row is in the CSV's fit subset or held out, the held-out RMS and worst error, and the ladder
+check: every step of a peer's ladder (a version against its parent) whose published geomean moves by more than
+3% must move the same way simulated. A CuTe DSL peer runs under `--dsl-python` (its DSL version's interpreter).
 """
 
 from __future__ import annotations
@@ -117,11 +128,11 @@ def read_eval_output(argument: str) -> list:
 # --------------------------------------------------------------------------------------------------
 
 
-def emulate_timed(arguments: list, options) -> dict:
+def emulate_timed(arguments: list, options, python: str = sys.executable) -> dict:
     """Run `tools/emulate.py ARGUMENTS --time` with the command line's --timing-only, --set and
     --case-timeout (`options`), and return its timing figures and verdict (a verdict other than PASS, or TIMED
     under --timing-only, is an error row: its last line is kept)."""
-    command = [sys.executable, str(EMULATE), *arguments, "--time"]
+    command = [python, str(EMULATE), *arguments, "--time"]
     command += ["--timing-only"] if options.timing_only else []
     command += ["--calls", str(options.calls)] if getattr(options, "calls", 1) > 1 else []
     for setting in options.set:
@@ -216,6 +227,111 @@ def simulate_flashinfer(points: list, options) -> list:
     return in_parallel(one, points, options.jobs, options.save)
 
 
+# The peers' files under --peers DIR, and what their route needs: (peer, version) -> (path in DIR, extra
+# emulate.py arguments). A version not listed is gau-nernst's own layout (gau-nernst/submission_VERSION.py).
+PEER_FILES = {
+    # its CLC response is one Int32 where the ISA writes 16 bytes over the mbarrier after it: the named repair
+    # (groundtruth/peer_dsl.py, PEERS) gives it the 16 bytes NVIDIA's examples reserve
+    ("teelaitila", "submissionv3"): ("teelaitila_submissionv3.py", ["--repair", "clc-response-16"]),
+}
+LADDER_STEP = 0.03  # a step whose published geomean moves by more than this must be ranked right
+
+
+def peer_file(peers: Path, peer: str, version: str) -> tuple:
+    path, extra = PEER_FILES.get((peer, version), (f"{peer}/submission_{version}.py", []))
+    return peers / path, extra
+
+
+def simulate_peers(options) -> list:
+    """The published rows the --peers files can run, simulated (one emulate.py process each, --jobs at once)."""
+    import eval as harness
+    from published import load_published
+
+    _, benchmarks, _ = harness.load_task(ROOT / "task.yml")
+    versions = {v for v in options.versions.split(",") if v}
+    chosen = {int(b) for b in options.benchmarks.split(",") if b}
+    rows = []
+    for row in load_published():
+        path, extra = peer_file(options.peers, row["peer"], row["version"])
+        if row["benchmark"] is None or not path.is_file() or (versions and row["version"] not in versions) \
+                or (chosen and row["benchmark"] not in chosen):
+            continue
+        rows.append((row, path, extra, harness._spec_line(benchmarks[row["benchmark"] - 1])))
+
+    def one(item):
+        row, path, extra, spec = item
+        python = options.dsl_python if "import cutlass" in path.read_text() else sys.executable
+        figures = emulate_timed(["peer", "--source", str(path), "--spec", spec, *extra], options, python=python)
+        case = f"{row['peer']} {row['version']} benchmark {row['benchmark']}"
+        print(f"simulated {case}: " + (f"{figures['board_us']:.2f} us against {row['published_us']} "
+                                       f"({figures['seconds']} s)" if "error" not in figures else figures["error"]),
+              flush=True)
+        return {"case": case, "spec": spec, "config": row["version"], "measured_us": row["published_us"],
+                "peer": row["peer"], "version": row["version"], "parent": row["parent"],
+                "benchmark": row["benchmark"], "subset": row["subset"], "simulated": figures}
+
+    return in_parallel(one, rows, options.jobs, options.save)
+
+
+def ladder_check(saved: list) -> list:
+    """Each (peer, version) whose parent is a version of the same peer, both with all four benchmarks simulated:
+    (peer, parent, version, published geomean ratio, simulated geomean ratio, right), for the steps whose
+    published geomean moves by more than LADDER_STEP."""
+    from published import geomean
+
+    times = {}
+    for r in saved:
+        if "peer" in r and "board_us" in r["simulated"]:
+            times.setdefault((r["peer"], r["version"]), {})[r["benchmark"]] = (r["measured_us"], r["simulated"]["board_us"])
+    steps = []
+    for r in saved:
+        if "peer" not in r or r["benchmark"] != 1:
+            continue
+        parent = re.match(r"\(?(?:README: from )?(v[\w]+)", r["parent"] or "")
+        key, parent_key = (r["peer"], r["version"]), (r["peer"], parent[1] if parent else None)
+        if parent is None or len(times.get(key, {})) != 4 or len(times.get(parent_key, {})) != 4:
+            continue
+        published = geomean(t[0] for t in times[key].values()) / geomean(t[0] for t in times[parent_key].values())
+        simulated = geomean(t[1] for t in times[key].values()) / geomean(t[1] for t in times[parent_key].values())
+        if abs(published - 1) > LADDER_STEP:
+            steps.append((r["peer"], parent_key[1], r["version"], published, simulated,
+                          (published < 1) == (simulated < 1)))
+    return steps
+
+
+def peers_report(saved: list, markdown: bool) -> None:
+    """The calibration table of the peers' rows: error per row, fit or held out, the held-out RMS and worst, the
+    fit subset's, and the ladder check."""
+    header = ("peer", "version", "benchmark", "published us", "simulated us", "error", "subset")
+    out, errors = [], {"fit": [], "held-out": [], "excluded": []}
+    for r in saved:
+        simulated = r["simulated"]
+        if "board_us" not in simulated:
+            out.append((r["peer"], r["version"], str(r["benchmark"]), f"{r['measured_us']:.2f}",
+                        simulated.get("verdict") or "no time", "", r["subset"]))
+            continue
+        error = (simulated["board_us"] - r["measured_us"]) / r["measured_us"]
+        errors.setdefault(r["subset"], []).append((error, r["case"]))
+        out.append((r["peer"], r["version"], str(r["benchmark"]), f"{r['measured_us']:.2f}",
+                    f"{simulated['board_us']:.2f}", f"{100 * error:+.1f}%", r["subset"]))
+    if markdown:
+        print("| " + " | ".join(header) + " |\n|" + " --- |" * len(header))
+        for row in out:
+            print("| " + " | ".join(row) + " |")
+    else:
+        for row in [header, *out]:
+            print(f"{row[0]:<11} {row[1]:<14} {row[2]:>9} {row[3]:>12} {row[4]:>12} {row[5]:>7}  {row[6]}")
+    for subset in ("fit", "held-out"):
+        if errors[subset]:
+            rms = math.sqrt(sum(e * e for e, _ in errors[subset]) / len(errors[subset]))
+            worst = max(errors[subset], key=lambda e: abs(e[0]))
+            print(f"{subset}: {len(errors[subset])} rows, RMS error {100 * rms:.1f}%, worst {100 * worst[0]:+.1f}% "
+                  f"({worst[1]})")
+    for peer, parent, version, published, simulated, right in ladder_check(saved):
+        print(f"ladder {peer} {parent} -> {version}: published geomean x{published:.3f}, simulated x{simulated:.3f}: "
+              f"{'right' if right else 'WRONG'}")
+
+
 # --------------------------------------------------------------------------------------------------
 # the report
 # --------------------------------------------------------------------------------------------------
@@ -302,9 +418,26 @@ def main(argv=None) -> int:
     parser.add_argument("--flashinfer-anchors", action="store_true",
                         help="simulate FlashInfer's published B200 points (module docstring)")
     parser.add_argument("--points", default="", metavar="N,..", help="which anchors (from 1; default all)")
+    parser.add_argument("--peers", type=Path, metavar="DIR",
+                        help="simulate the peers' published rows whose files are in DIR (module docstring)")
+    parser.add_argument("--versions", default="", metavar="V,..", help="with --peers: only these versions")
+    parser.add_argument("--benchmarks", default="", metavar="N,..", help="with --peers: only these benchmarks")
+    parser.add_argument("--dsl-python", default=sys.executable, metavar="PYTHON",
+                        help="with --peers: the interpreter of a CuTe DSL peer's DSL version (default this one)")
     args = parser.parse_args(argv)
+    if args.peers is not None:
+        sys.path.insert(0, str(ROOT / "calibration"))
+        if args.calls == 1:
+            args.calls = 4  # the board's back-to-back calls: the steady state per call
+        args.timing_only = True
+        peers_report(simulate_peers(args), args.markdown)
+        return 0
     if args.simulated:
         saved = json.loads(args.simulated[0].read_text())
+        if saved and "peer" in saved[0]:
+            sys.path.insert(0, str(ROOT / "calibration"))
+            peers_report(saved, args.markdown)
+            return 0
         for path in args.simulated[1:]:
             later = {(r["case"], r["config"]): r for r in json.loads(path.read_text())}
             saved = [later.get((r["case"], r["config"]), r) for r in saved]
