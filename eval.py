@@ -39,14 +39,16 @@ class _ImportedOnFirstUse:
     which import it) take seconds to import: a command line that is refused is refused before (issue 48, item 6).
     Once imported, the module itself replaces this stand-in among eval.py's names."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, namespace: Optional[dict] = None):
         self._name = name
+        self._namespace = globals() if namespace is None else namespace  # where the module takes its place
 
     def __getattr__(self, attribute: str):
         import importlib
 
         module = importlib.import_module(self._name)
-        globals()[self._name] = module
+        if self._namespace.get(self._name) is self:
+            self._namespace[self._name] = module
         return getattr(module, attribute)
 
 
