@@ -1381,6 +1381,7 @@ def local_main(argv: list[str]) -> int:
         emulate = (options.mode == "test" and not options.reference and not torch.cuda.is_available()
                    and defines_sm100_kernel(submission))
         races = options.races is not False
+        first_line = ""
         if not emulate and wraps:
             cases = [case for case in cases if case.workers is None]
             if not cases:
@@ -1393,17 +1394,21 @@ def local_main(argv: list[str]) -> int:
             where = ("at a few SM pairs, where every pipeline wraps" if all(case.workers for case in cases) else
                      "at a B200's worker count and, for every pipeline to wrap, at a few SM pairs"
                      if any(case.workers for case in cases) else "at a B200's worker count")
-            print(f"emulated: no CUDA GPU here, so {_shown(submission)}'s B200 (sm_100a) kernel runs in the "
-                  f"sm_100a emulator on this CPU {where}, "
-                  + ("with race detection" if races else "without race detection (--no-races: a pass vouches only "
-                     "for the interleaving that ran)")
-                  + " (minutes; --reference checks the harness alone in seconds)")
+            first_line = (f"emulated: no CUDA GPU here, so {_shown(submission)}'s B200 (sm_100a) kernel runs in the "
+                          f"sm_100a emulator on this CPU {where}, "
+                          + ("with race detection" if races else "without race detection (--no-races: a pass "
+                             "vouches only for the interleaving that ran)")
+                          + " (minutes; --reference checks the harness alone in seconds)")
         if options.reference:
             submission = REFERENCE_SUBMISSION
             inspected_note = f"; {_shown(DEFAULT_SUBMISSION)} is checked by the sm_100a inspection below"
-            print(f"--reference: testing the harness with {_shown(REFERENCE_SUBMISSION)} (the reference)"
-                  + (inspected_note if inspect and defines_sm100_kernel(DEFAULT_SUBMISSION) else ""))
+            first_line = (f"--reference: testing the harness with {_shown(REFERENCE_SUBMISSION)} (the reference)"
+                          + (inspected_note if inspect and defines_sm100_kernel(DEFAULT_SUBMISSION) else ""))
+        # said once the worker has the submission: a file it cannot import, or whose SM100_CONFIG line is
+        # malformed, is bad use in one line and nothing else
         worker = _start_worker(submission, emulate, races)
+        if first_line:
+            print(first_line)
     except UsageError as error:
         if options is not None and options.verbose and error.details:
             print(error.details, file=sys.stderr, end="")

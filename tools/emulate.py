@@ -490,16 +490,8 @@ def runs_as(S, spec: str) -> str:
     import eval as harness
 
     values = harness.parse_spec_line(spec)
-    signature = tuple((m, n, k, 1) for m, n, k in zip(values["m"], values["n"], values["k"]))
-    for key, plan in S._plans.items():
-        config = getattr(getattr(plan, "launch", None), "config", None)
-        if key[0] == signature and config is not None:
-            if isinstance(S.DEVICE, EmulatedH200):
-                import sm90_kernel
-
-                return f" (runs as pdl={'on' if config.pdl else 'off'},jobs={sm90_kernel.SCHEDULE.jobs})"
-            return f" (runs as {config.describe()})"
-    return ""
+    text = harness.runs_as(S, zip(values["m"], values["n"], values["k"]), isinstance(S.DEVICE, EmulatedH200))
+    return f" (runs as {text})" if text else ""
 
 
 def run_submission(args, emulator) -> tuple:
@@ -510,6 +502,11 @@ def run_submission(args, emulator) -> tuple:
         raise ValueError(f"{args.submission} defines no compile_sm100: the emulator runs a B200 (sm_100a) kernel; "
                          f"python eval.py test --submission {args.submission} tests any other")
     S = load_submission(args.submission)
+    import eval as harness
+
+    problem = harness.config_problem(S, args.submission, args.config)  # the file's line and --config, as every tool
+    if problem:
+        raise ValueError(problem)
     args.config = file_config(S, args.config)
     S.sm100_config(args.config)  # a text that does not parse ends here, in one line
     if args.arch == "sm_90a":
@@ -560,6 +557,9 @@ def run_benchmarks(args, emulator) -> tuple:
     S = None
     if "submission" in kernels:
         S = load_submission(args.submission)
+        problem = harness.config_problem(S, args.submission, args.config)
+        if problem:
+            raise ValueError(problem)
         args.config = file_config(S, args.config)
         S.sm100_config(args.config)
         S.SM100_CONFIG = args.config
@@ -870,7 +870,7 @@ def main(argv=None) -> int:
     except (FileNotFoundError, ImportError) as e:  # NVIDIA's example not found (groundtruth/nvidia.py says where it is looked for), flashinfer-python not installed
         return verdict("ERROR", f"setup: {e}")
     except ValueError as e:  # a configuration text or spec that does not parse, a shape the kernel refuses
-        print(f"emulate.py: {e}", flush=True)
+        print(f"emulate.py: {e}", file=sys.stderr, flush=True)
         return BAD_USE
     if message:
         print(message, flush=True)

@@ -490,14 +490,16 @@ def main(argv=None) -> int:
               file=sys.stderr)
         shutil.rmtree(dump_dir, ignore_errors=True)
         return 2
-    try:
-        configs = configurations(submission, args.config)
-    except ValueError as error:
-        import eval as harness
+    import eval as harness
 
-        line = None if args.config else harness.config_line(args.submission)
-        where = f"line {line[0]} of {args.submission.name} (`{line[1]}`): " if line else ""
-        print(f"inspect_sm100.py: {where}{error}", file=sys.stderr)
+    # without --config the file's line is compiled: a malformed one is said as every tool says it (exit 2)
+    problem = "" if args.config else harness.config_problem(submission, args.submission)
+    try:
+        configs = [] if problem else configurations(submission, args.config)
+    except ValueError as error:
+        problem = str(error)
+    if problem:
+        print(f"inspect_sm100.py: {problem}", file=sys.stderr)
         shutil.rmtree(dump_dir, ignore_errors=True)
         return 2
     labels = [config.describe() if config else "-" for config in configs]
