@@ -4,6 +4,7 @@
     python tools/check.py --list                                             # its cases (no GPU needed)
     python tools/check.py --case NAME                                        # one case, in this process
     python tools/check.py --config TEXT [...]                                # any of these, one configuration
+    python tools/check.py --emulate [--no-races] [...]                       # without a GPU: in the emulator
 
 Run it first on a GPU the kernel has never run on. Stages, in order: one_tile (one group, one
 tile); partial_tiles (M = 1, 7, 40, 129 alone and mixed, M = 77 and 300, N = K = 256);
@@ -17,14 +18,23 @@ buffer whose other bytes hold a sentinel: after the call the sentinel must be in
 written outside `c`), and `c` and the returned tensors must be within 1e-3 + 1e-3 |ref| of a
 float64 reference (exact dequantization, float64 products and sums). Verdicts: PASS; FAIL (wrong
 values); OUTSIDE (wrote outside c); ERROR (custom_kernel raised); HANG (no result within the
-timeout; the process is killed); CRASH (the process died without a result).
+timeout; the process is killed); CRASH (the process died without a result); RACE (--emulate: two
+accesses that no synchronization orders, both named by the emulator's race detector). Each row
+ends with the configuration the case's shape ran as (sm100_shape_config's choice), where the
+submission's plan says.
+
+`--emulate` (no GPU needed) runs the B200 kernel in the sm_100a emulator, with race detection
+(--no-races skips it: faster, but a pass then vouches only for the interleaving that ran): the
+stages up to task_tests at a B200's worker count, then a wraps stage, eval.py's wrap cases at a
+few SM pairs, where every pipeline wraps (each worker runs several tiles, so every accumulator and
+stage is reused, and its last tile goes out by TMA store).
 
 The ladder prints one row per case and stops after the first stage with a failure (at once after
 a HANG), then says what to run next. Exit status: 0 all passed; 1 a case did not pass; 2 no CUDA
 GPU, or bad use.
 
 `--config TEXT` runs under a configuration of the submission's Sm100Config ("safe",
-"shipped,multicast=off", "pdl=off,l2_hints=off"): the case's process sets `submission.SM100_CONFIG`
+"shipped,multicast=off,cluster_pairs=1", "pdl=off,l2_hints=off"): the case's process sets `submission.SM100_CONFIG`
 before its first call. When the ladder fails and the submission has an Sm100Config, it bisects,
 each attempt in its own process with the timeout: the failing case under SM100_SAFE; if that
 passes, the case with each switch of the failing configuration set to safe's value, and with safe
@@ -758,7 +768,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--json", action="store_true", help="with --case: print the result as one JSON line")
     parser.add_argument("--config", metavar="TEXT",
                         help="the submission's SM100_CONFIG for these runs: 'safe', 'shipped,pdl=off', "
-                             "'multicast=off,l2_hints=off' (default: the file's line)")
+                             "'pdl=off,l2_hints=off' (default: the file's line)")
     parser.add_argument("--write", action="store_true",
                         help="after a bisection, write the configuration it found into the SM100_CONFIG line")
     parser.add_argument("--time", action="store_true",

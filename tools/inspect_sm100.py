@@ -4,7 +4,7 @@
 
 For each configuration and group count, this calls the submission's `compile_sm100(num_groups,
 config)` with CUTE_DSL_ARCH=sm_100a. `--config TEXT` is repeatable, one configuration each, in
-Sm100Config.parse's syntax ("shipped", "safe", "safe,pdl=on", "multicast=off,l2_hints=off");
+Sm100Config.parse's syntax ("shipped", "safe", "safe,pdl=on", "multicast=off,cluster_pairs=1");
 without it, the file's SM100_CONFIG line. A submission without Sm100Config is compiled as
 `compile_sm100(num_groups)` and takes no --config. CuTe DSL writes every compiled module's cubin, PTX and host IR; each
 `cute.compile` inside `compile_sm100` is kept apart, so a group count may compile several kernel
@@ -446,7 +446,7 @@ def main(argv=None) -> int:
                         help=f"group counts to compile (default: {','.join(map(str, DEFAULT_GROUPS))})")
     parser.add_argument("--config", action="append", metavar="TEXT",
                         help="a configuration to compile, as Sm100Config.parse reads it ('safe', "
-                             "'shipped,pdl=off', 'multicast=off'); repeat for several "
+                             "'shipped,pdl=off', 'multicast=off,cluster_pairs=1'); repeat for several "
                              "(default: the file's SM100_CONFIG)")
     parser.add_argument("--keep", type=Path, metavar="DIR",
                         help="write each compiled module's cubin, PTX and SASS into DIR")
