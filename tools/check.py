@@ -820,7 +820,7 @@ def main(argv: list[str]) -> int:
         # Before the GPU check: a malformed configuration is said in one line on any machine.
         try:
             line = harness.config_line(options.submission)
-            submission = configurable(options.submission) if options.config or line else None
+            submission = configurable(options.submission)  # a file that cannot be imported is bad use, here
         except (harness.UsageError, ValueError) as error:
             print(f"check.py: {error}", file=sys.stderr)
             return 2

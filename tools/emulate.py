@@ -469,13 +469,15 @@ def board_inputs(spec: str, seed_shift: int = 0):
 
 
 def load_submission(path: Path):
-    import importlib.util
+    """The file imported as the module `submission`; ValueError in one line (bad use, exit 2, as eval.py says it) if
+    it cannot be imported or defines no custom_kernel."""
+    import eval as harness
 
-    spec = importlib.util.spec_from_file_location("submission", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["submission"] = module
-    spec.loader.exec_module(module)
-    return module
+    try:
+        harness.load_submission(str(path))
+    except harness.UsageError as error:
+        raise ValueError(str(error)) from None
+    return sys.modules["submission"]
 
 
 def file_config(S, text: str | None) -> str:

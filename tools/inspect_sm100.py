@@ -32,7 +32,8 @@ record's descriptors (prefetch.tensormap). So SM100_SAFE has no cta_group::2, no
 .multicast::cluster, no griddepcontrol and no createpolicy. token_variants, descriptors, jobs,
 warmers, self_warm, cluster_pairs and lean_walk have no single PTX mark; their compiles get every
 other check.
-Exit status: 0 all good, 1 a check failed, 2 bad use or cuobjdump/nvdisasm missing.
+Exit status: 0 all good, 1 a check failed, 2 bad use (one line: a submission that cannot be imported, a
+malformed SM100_CONFIG line or --config) or cuobjdump/nvdisasm missing.
 `--keep DIR` writes, per compiled module, gG_cI.cubin, .ptx and .sass (the full SASS) into DIR;
 with several --config, into DIR/CONFIG/ (CONFIG as the table's config column writes it).
 """
@@ -481,10 +482,10 @@ def main(argv=None) -> int:
         return 2
     try:
         submission = load_submission(args.submission)
-    except Exception as error:  # one line, as eval.py says it; the exit status stays 1
+    except Exception as error:  # one line and exit 2, as eval.py, check.py and emulate.py say it
         shutil.rmtree(dump_dir, ignore_errors=True)
         print(f"inspect_sm100.py: cannot import {args.submission.name}: {_one_line(error)}", file=sys.stderr)
-        return 1
+        return 2
     if not callable(getattr(submission, "compile_sm100", None)):
         print(f"inspect_sm100.py: {args.submission} defines no compile_sm100: no sm_100a kernel to inspect",
               file=sys.stderr)
