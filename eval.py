@@ -1307,7 +1307,9 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--reference", action="store_true",
                         help="test the harness alone, with tests/ref_submission.py (the reference) as the "
                              "submission, and no sm_100a inspection: seconds, where the emulated kernel takes minutes")
-    parser.add_argument("--only", type=int, metavar="N", help="run only test or benchmark number N (from 1)")
+    parser.add_argument("--only", type=int, metavar="N",
+                        help="run only test or benchmark number N (from 1; without a GPU, tests 11 to 13 are the "
+                             "emulator's wrap cases)")
     parser.add_argument("--inspect", action=argparse.BooleanOptionalAction, default=None,
                         help="`test`: run the sm_100a inspection (default: only in a full run of the submission "
                              "without a GPU)")
