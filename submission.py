@@ -2,321 +2,145 @@
 
 For every group g: C_g[m, n] = sum_k A_g[m, k] * SFA_g[m, k // 16] * B_g[n, k] * SFB_g[n, k // 16],
 A (tokens) and B (weights) FP4 e2m1, scales e4m3 in the cuBLAS 128x4 blocked layout, C fp16.
-One launch covers all groups. sm90_kernel.py is the Hopper path (imported only on 9.0).
+One launch covers all groups. sm90_kernel.py is the Hopper path (imported only on 9.0). Figures,
+and the ladder of what each design step gained or lost, live in BENCHMARKS.md, keyed by commit.
 
 Design note (sm_100a path)
 --------------------------
 Configuration. The kernel is built from an Sm100Config; the line SM100_CONFIG = "..." below this
-note picks it for the whole file ("shipped", "safe", or either with fields changed). The note
-describes SM100_SHIPPED; the table at its end lists every departure from NVIDIA's tested
-dense_blockscaled_gemm_persistent.py (cutlass v4.3.5), the switch that turns it off and the risk
-it isolates. tools/check.py bisects a failing first run over these switches.
+note picks it for the whole file ("shipped", "safe", or either with fields changed). Each field
+switches one departure from NVIDIA's tested dense_blockscaled_gemm_persistent.py (cutlass v4.3.5):
+the table at the end names it and the risk it isolates, so that tools/check.py can bisect a failing
+first run down to the example's form (SM100_SAFE). A combination that cannot run is refused with one
+ValueError naming the switches (NEEDS), never rewritten. One choice is made per shape, and tools
+print it: sm100_shape_config keeps the 192-token variant and the clusters of two pairs only where
+the schedule says they pay.
 
-Roles of the operands. The weights B_g (N x K, N = 3072..7168) are the MMA's A operand: 256 rows
-per worker, a 2-CTA pair (tcgen05.mma.cta_group::2, M = 256, 128 rows in each CTA; cta_group 1:
-a worker is one CTA of 128 rows). The tokens A_g (M = 1.. a few hundred) are its N side, the
-width chosen per tile among token_variants (64, 128, 192): a 40-token group computes 64 columns,
-a 176-token group one tile of 192 where the launch picks the 192-token kernel (below), else 128 +
-64. TMEM holds C^T of the tile (lane = weight row, column = token).
+Operands. The weights B_g (N x K) are the MMA's A operand: 256 rows per worker, a 2-CTA pair
+(tcgen05.mma.cta_group::2, M = 256, 128 rows in each CTA; cta_group 1: one CTA of 128 rows). The
+tokens A_g (M = 1 to a few hundred) are its N side, the width chosen per tile among token_variants
+(64, 128, 192): a 40-token group computes 64 columns. TMEM holds C^T of a tile (lane = weight row,
+column = token).
 
-Host path (shared with Hopper). custom_kernel looks the plan up by shape signature (problem sizes
-+ device). A plan is built on the first call of a signature: full validation, the tile schedule
-(device tables), the compiled launch for the group count and configuration, its LaunchArgs.
-Every call then checks the inputs' dtypes/shapes/strides/devices in one list comparison, writes
-the 5G input addresses into the LaunchArgs ctypes block and calls the compiled host function
-directly, which encodes every group's TMA descriptors (cuTensorMapEncodeTiled) and launches: no
-allocation, no copy, no synchronization, no compile, and no cache holds a user tensor.
+Host path (shared with Hopper). custom_kernel looks the plan up by shape signature (problem sizes,
+device, SM100_CONFIG). A plan is built on the first call of a signature: full validation, the tile
+schedule (device tables), the compiled launch for the group count and configuration, its
+LaunchArgs. Every later call checks the inputs' dtypes, shapes, strides and devices in one list
+comparison, writes the 5G input addresses into the LaunchArgs ctypes block and calls the compiled
+host function, which encodes every group's TMA descriptors (cuTensorMapEncodeTiled) and launches:
+no allocation, no copy, no synchronization, no compile, and no cache holds a user tensor.
 
-Descriptors. One TMA atom per group and operand (weights, tokens per variant, weight scales,
-token scales) is built in the host JIT, so each descriptor is a __grid_constant__ kernel
-parameter. A warp picks its group's descriptor by address: cvta.param of each group's descriptor,
-selected by a chain of selp on the group index (group_tma_desc; descriptors="branch" instead
-issues each group's copies with its own atom behind `if group == g`). G = 32 needs 160
-descriptors, ~21 KB of the 32 KB parameter space (MAX_GROUPS; the 192-token kernel 192, ~25 KB:
-it compiles at G = 32, 240 registers, no spill). Nothing in the kernel writes a
-descriptor (no tensormap.replace, no fences). The TMA coordinates come from group 0's coordinate
-tensors for every group: they are tile indices, and the group's descriptor carries its bounds.
+Descriptors. One TMA atom per group and operand (weights, tokens per variant, weight scales, token
+scales, and C for the staged tail) is built in the host JIT, so each descriptor is a
+__grid_constant__ kernel parameter (MAX_GROUPS = 32 fits the 32 KB parameter space). A warp picks
+its group's descriptor by address: cvta.param of each group's descriptor, selected by selp on the
+group index (descriptors="branch": each group's copy behind `if group == g`, with its own atom).
+Nothing in the kernel writes a descriptor (no tensormap.replace, no fences). TMA coordinates come
+from group 0's coordinate tensors: they are tile indices, and the group's descriptor bounds them.
 
-Schedule (shared with Hopper: build_tile_schedule, jobs="tiles", as the Hopper path ships). On the
-host, per shape signature: each group is cut into weight blocks of the worker's rows and token tiles
-of up to 128 tokens (starting at multiples of 128, one block of the scale layout); a last sliver of
-fewer than 64 tokens joins the tile before it into one of up to 192 tokens where that tile starts at
-a multiple of 192 (the kernel finds a token box by t0 // width). The 192-token kernel (6 stages, 2 x
-192 accumulator columns) runs a shape only where this lowers the model's busiest worker
-(sm100_shape_config): benchmark 1 (144 tiles for 176: 3 tiles on the busiest pair -> 2; the timed
-emulator, B200 description, streams of 4: 24.03 against 25.06 us), not benchmark 2 (forced: 14.44
-against 13.98 us), nor 3 and 4 (no sliver joins); every other shape runs the 64/128 kernel. Every
-tile is its own job (benchmarks 1 to 4: 144, 364, 60 and 64 tiles for 74 pairs); the tiles of a
-block run on several pairs at about the same time (each worker walks its tiles by group and weight
-block) and share its weights in L2: the first reader's DRAM read, the others' L2 hits. The timed
-emulator ranks this above running a block's tiles back to back on one worker (the "hybrid" policy,
-shipped until 8d98242) on benchmarks 1 and 2 by 3% and 7%, and above or equal to it under every
-change of the B200 description tried (BENCHMARKS.md, "Where the time goes"): the back-to-back
-worker's later tiles leave DRAM idle while the tensor pipe works from L2, and the HBM-bound first
-tiles of all pairs run in step. No hardware tests that gain: the Hopper kernel's token tiles reach
-256 tokens, so both policies build the same table on benchmarks 1, 2 and 4 (timed on the H200 within
-0.3%, the run-to-run spread) and on benchmark 3 single tiles ran 30.30 against 30.51 us (board
-protocol, 2026-11-25). Jobs are spread over the co-resident workers (the driver's occupancy answer
-for the cluster size, as NVIDIA's examples size their grids) longest-processing-time first by the
-modeled mainloop time (B200Model), then improved by moves and swaps. Each worker walks its records
-(RECORD_FIELDS: group, n0, t0, variant, m_end, n, k_end, ...) in order; tests/kernel/test_schedule.py walks the
-table in Python as the kernel does and checks every output element is written once.
+Schedule (shared with Hopper: build_tile_schedule). On the host, per shape signature, each group is
+cut into weight blocks of the worker's rows and token tiles of up to 128 tokens starting at
+multiples of 128 (one block of the scale layout); a last sliver of fewer than 64 tokens joins the
+tile before it into one of up to 192 tokens where that tile starts at a multiple of 192. With
+jobs="tiles" every tile is its own job, so a block's tiles run on several pairs at about the same
+time and share its weights in L2; "hybrid" (SM100_SAFE's) and "weight_blocks" run a block's tiles
+back to back on one worker. Jobs are spread over the co-resident workers (the driver's occupancy
+answer for the cluster size) longest-processing-time first by the modeled mainloop time (B200Model),
+then improved by moves and swaps. Each worker walks its records (RECORD_FIELDS: group, n0, t0,
+variant, m_end, n, k_end, sole_reader_ends) in order; tests/kernel/test_schedule.py walks the
+table in Python as the kernel does and checks that every output element is written once.
 
-Warp roles (192 threads per CTA, 1 CTA per SM, clusters of 2, or 4 with cluster_pairs 2):
-  warp 5     TMA, both CTAs: per k-tile (K 256) its half of the weights, the tokens and the weight
-             scales (2-CTA TMA: completes on the leader's full barrier, which the leader armed
-             with the pair's bytes for the tile's variant) and half of the token scales,
-             multicast to both CTAs (cluster_pairs 2: half of its tokens and a quarter of the
-             token scales, multicast to the other pair too). Waits: stage empty. Signals:
-             leader's stage full.
-  warp 4     MMA, leader CTA only: tcgen05.cp of the stage's scales to TMEM, 4 tcgen05.mma
-             (kind::mxf4nvf4, scale_vec::4, K 64) into the tile's accumulator. Waits: stage full,
-             accumulator empty (8 arrivals: 4 epilogue warps x 2 CTAs). Signals (tcgen05.commit,
-             multicast to the pair): stage empty (cluster_pairs 2: in all 4 CTAs, each stage
-             empty barrier counting both pairs' commits), accumulator full.
-  warps 0-3  epilogue, both CTAs: warp w reads TMEM lanes 32w..32w+31 (its weight rows), 32
-             token columns per tcgen05.ld, rounds to fp16 and stores to C (epilogue="tma":
-             through its own C staging box and a TMA store; "tma_last": so for the worker's last
-             tile, a 192-token tile in two batches of TMEM loads). Waits: accumulator full. Signals: the
-             leader's accumulator empty. Warp 0 allocates TMEM (512 columns: 2 x 128
-             accumulators, 16 SFA and 16 SFB columns; the 192-token kernel 2 x 192, 16 and 32)
-             and frees it at the end.
-Named barriers: Barrier enum (epilogue, TMEM allocation). With cta_group 1 every CTA is its own
-leader, the TMA and commits stay in the CTA, and 4 warps release an accumulator.
+Roles (192 threads a CTA, one CTA an SM, clusters of 2 CTAs, or 4 with cluster_pairs 2):
+  warp   method     waits on                         signals
+  5      load       stage empty (each pair's MMA     the leader's stage full (expect-tx of the
+                    commit)                          pair's bytes for the tile's variant)
+  4      mma        stage full, accumulator empty    stage empty in every CTA of the cluster,
+         (leader    (4 epilogue warps x the pair's   accumulator full in both CTAs
+         CTA)       CTAs)                            (tcgen05.commit, multicast)
+  0-3    epilogue   accumulator full                 the leader's accumulator empty
+Warp 0 allocates TMEM (512 columns: two accumulators of the widest variant and the scales) and frees
+it at the end. Named barriers: Barrier (epilogue, TMEM allocation). With cta_group 1 every CTA is
+its own leader and 4 warps release an accumulator.
 
-Memory path. 8 smem stages of 28 KB per CTA (weights 16 KB, tokens 8 KB, weight scales 2 KB, token
-scales 2 KB; the 192-token kernel 6 of 34 KB: tokens 12 KB, token scales two 2 KB blocks, each
-loaded, multicast, by its own TMA): as many as 227 KB holds, no C staging (cta_group 1: 6 stages of
-36 KB, each CTA loads the whole token tile). epilogue="tma" takes its C staging out of them by
-NVIDIA's rule (_compute_stages: two 8 KB C stages reserved, the operand stages that fit, the rest to
-C): 7 operand stages and 3 C stages (cta_group 1: 5 and 5). "tma_last" keeps every operand stage and
-stages its last tile's C in the weights' first 32 KB (48 KB for a 192-token tile), idle once that
-tile's accumulator is full. L2 policies: weights and their scales evict-first on the last tile of
-their sole reader (a block run as one job; a block split over several pairs stays evict-normal, as
-it is read by them at once), evict-normal otherwise; tokens and their scales evict-last (re-read by
-every weight block). Token rows past M are zero-filled by the TMA.
+The data's way. Per 256-deep k-tile the TMA warp of each CTA loads its 128 weight rows, its half of
+the token rows and the weight scales into one shared-memory stage (2-CTA TMA, completing on the
+leader's full barrier) and its half of the token scales, multicast to both CTAs of the pair (with
+cluster_pairs 2: half of its token rows to its counterpart in the other pair, a quarter of the
+token scales to all four). The stages fill all of shared memory but the barriers (8 with the
+64/128 kernel, 6 with 192). The leader's MMA warp copies the stage's scales to TMEM (tcgen05.cp)
+and issues 4 block-scaled tcgen05.mma (kind::mxf4nvf4, K = 64) into the tile's accumulator; its
+commit frees the stage. Two accumulators let the epilogue of one tile overlap the next tile's
+mainloop. L2 policies: tokens evict-last (every weight block re-reads them), weights evict-first on
+the last tile of their sole reader. Token rows past M are zero-filled by the TMA; a pair's second
+CTA past N has every box out of bounds and stores nothing.
 
-Cluster pairs (cluster_pairs=2). On benchmarks 3 and 4 the mainloop waits on L2's ports, not the
-tensor pipe: their 60 and 64 tiles read about 50 and 21 MB from L2 a call (3.2 and 1.4 us at the
-B200 description's 15.5 TB/s), a quarter to a third of it tokens, each token k-tile read once by each of the
-12 or 16 weight blocks' pairs. Clusters of two pairs take one token tile on two neighbouring
-weight blocks (the schedule's records are 512 weight rows; the second pair adds 256 to n0, past N
-its boxes are zero-filled and its stores clipped): each CTA loads half of its token rows and
-multicasts them to its counterpart in the other pair (NVIDIA's B multicast across the cluster's
-M), the token scales a quarter each to all four, so L2 sends each token k-tile once for both. A
-stage is refilled once both pairs' MMA commits have arrived on its empty barrier (arrival count
-2, as NVIDIA's example counts its multicast producers). The pairs run in step, so a shape keeps
-the clusters only where its schedule leaves pairs idle and the model's busiest cluster is no more
-loaded than its busiest pair (sm100_shape_config: benchmarks 3 and 4; on 1 and 2, where every pair
-is busy and HBM paces the call, the clusters were measured neutral: 23.08 and 13.10 against 23.06
-and 13.11 us). Timed emulator, B200 description, streams of 4:
-benchmarks 3 and 4 4.57 and 3.00 against 4.88 and 3.13 us, 1 and 2 unchanged (BENCHMARKS.md,
-"Clusters of two pairs"). Only a B200 shows how many 4-CTA clusters its GPCs hold at once (the
-driver's occupancy answer sizes the grid; the emulator places 37).
+Clusters of two pairs (cluster_pairs 2). Where the schedule leaves pairs idle, their loads from L2,
+not the tensor pipe, pace the mainloop, and every weight block's pair re-reads each token k-tile.
+Two pairs then run one token tile on two neighbouring weight blocks in step (records of 512 weight
+rows; the second pair adds 256 to n0), and each token k-tile crosses L2 once for both. A stage is
+refilled once both pairs' MMA commits arrived on its empty barrier (arrival count 2, as NVIDIA's
+example counts its multicast producers).
 
-Launch and start-up. Programmatic dependent launch: each kernel lets the next call's kernel
-launch as soon as all its CTAs run (griddepcontrol.launch_dependents at the start), so the next
-launch and its prologue (barrier init, TMEM allocation) overlap this kernel's tail on the SMs it
-frees; the TMA warp waits (griddepcontrol.wait) before its first load, and every other role
-depends on loads. Before that wait it prefetches its first record's descriptors
-(prefetch.tensormap) and, with self_warm, the boxes of its first k-tiles into L2 (below): none of
-it depends on the previous grid (the schedule tables are written when the plan is built). The
-first record itself comes with the worker's row of the offsets table (lean_walk): each CTA reads
-its first and end record and a copy of its first record in loads issued together (one L2 round
-trip) before the cluster barrier's wait, so the TMA warp's first copy follows that wait and the
-dependency wait with no memory read between; read from the record table after the cluster
-barrier's wait, as before, it was a second L2 round trip (about 300 cycles: its address needs the
-row's answer) before every CTA's first load. In its loop the TMA warp also divides a record's
-fields by shifts (Python's floor division is ten instructions). Timed emulator, B200
-description, streams of 4: 22.86 / 12.79 / 4.36 / 2.87 against 22.96 / 13.10 / 4.57 / 3.01 us
-with it off (BENCHMARKS.md, "The first record with the worker's row"). Around the accumulator
-hand-offs, tcgen05.fence::after_thread_sync follows each wait and ::before_thread_sync precedes
-the epilogue's release.
+Start-up. Programmatic dependent launch (pdl): each kernel lets the next call's kernel launch as
+soon as all its CTAs run, so the next launch and its prologue overlap this kernel's tail; the TMA
+warp waits for the previous grid (griddepcontrol.wait) before its first load, and every other role
+depends on loads. Before that wait the TMA warp prefetches its first record's descriptors
+(prefetch.tensormap) and, with self_warm, the boxes of its first k-tiles into L2
+(cp.async.bulk.prefetch.tensor): none of it depends on the previous grid, and L2 is the point of
+coherence, so the loads after the wait still read what that grid wrote. With warmers, the
+co-resident workers the schedule leaves idle launch first and prefetch the call's inputs into L2
+while the previous call runs, then exit without waiting. With lean_walk each worker's first record
+rides in its row of the offsets table, read before the cluster barrier's wait, so the first copy
+follows the waits with no memory read between.
 
-Warmers (warmers=on). The schedule gives each job one worker and leaves the rest of the
-co-resident pairs without a tile: 14 and 10 of 74 on benchmarks 3 and 4 (60 and 64 jobs), none on
-1 and 2. Those pairs are launched anyway, first (the lowest cluster indices), as warmers: every
-warp of both CTAs takes every (warmers x 6)-th record and issues cp.async.bulk.prefetch.tensor of
-the boxes that record's pair will load (a weight block's on its first token tile, a token tile's
-on its first weight block; every k-tile while the call's distinct inputs per k-tile fit
-WARM_L2_BYTES), then the warmer leaves without waiting for the previous grid. With PDL the next
-call launches while this one runs, and its warmers take the SMs this call leaves idle: its inputs
-come into L2 during this call's mainloop, so its first loads hit L2 (about 340 cycles) instead of
-missing to HBM under the whole chip's first requests (about 1 us). Prefetch is a hint and L2 the
-point of coherence: nothing reaches shared memory before griddepcontrol.wait. Only a B200 shows
-that its block dispatcher places the warmers first and on the SMs the previous call left idle (the
-timed emulator dispatches clusters in index order onto free pairs) and that the host has enqueued
-the next call by then (the board's loop of 15 calls).
-
-Self-warming (self_warm=on). Where no pair is idle (benchmarks 1 and 2) no warmer launches, yet the
-previous call's CTAs end over about 1 us (benchmark 2, simulated), HBM serving only the last ones,
-while those that ended first hand their SMs to this call, whose CTAs then only wait. So before its
-dependency wait each worker's TMA warp issues
-cp.async.bulk.prefetch.tensor of the boxes of its first record's first k-tiles (self_warm_plan: as
-many as the first records' bytes per k-tile fit SELF_WARM_BYTES, 16 MiB: 3 and 4 k-tiles on
-benchmarks 1 and 2), the boxes its own loads will ask for after the wait. The same coherence
-argument as the warmers': a hint into L2, nothing in shared memory before the wait. Off where
-warmers launch (they bring every record; on benchmarks 3 and 4 self-warming as well cost 2% and 6%).
-Timed emulator, B200 description, streams of 4 (BENCHMARKS.md, "Self-warming"; the budget fitted on
-benchmark 2, benchmark 1 held out): 23.06 / 13.11 us against 24.02 / 13.79 without. Only a B200
-shows that the next call's CTAs start on the SMs the previous call freed first.
-
-Epilogue ("tma_last": direct stores, the worker's last tile through a TMA store). C is [M, N]
-with N contiguous and the accumulator holds C^T, so a lane owns one weight column n and 32
-consecutive token rows. Every tile but a worker's last is stored from registers: neighbouring
-lanes (n, n^1) swap halves with one shuffle (row_pair_word, shared with the Hopper epilogue, which
-the H200 runs), so each lane stores 4 bytes and each warp store writes two 64-byte runs; every
-store is predicated on its token row being below M (store_words_if, shared with Hopper), and the
-pair's second CTA stores nothing when its rows are past N. Those epilogues overlap the next
-tile's mainloop. The worker's last tile is the call's tail, and it goes NVIDIA's way for a C whose
-contiguous mode is the MMA's M (ours: C^T, the example's "M-major" C): the TMEM-load atom
-get_tmem_load_op picks (tcgen05.ld 16x256b), every chunk loaded before one tcgen05.wait::ld and
-the accumulator's release, fp16 pairs written by get_smem_store_op's stmatrix.trans into a C
-staging stage, fence.proxy.async, a warp barrier, and a TMA store of the warp's own box (32 weight
-rows x 32 tokens: the 4 warps' boxes are disjoint 2 KB, no named barrier joins them) through one
-more descriptor per group that clips at M and N; wait_group.read before a stage is rewritten and,
-after TMEM is freed, before the CTA exits. Its 4 C stages sit in the weights' first 32 KB, idle by
-then (every load of the worker landed and every MMA completed: its accumulator's full barrier; the
-race detector flags the same staging on earlier tiles), so no operand stage is given up. Per 32
-tokens a warp issues about 55 PTX instructions instead of about 135. epilogue="tma" stores every
-tile so and gives up the eighth operand stage (7 + 3 C stages); "ptx" (shipped until this change)
-stores every tile from registers; "atoms" is "ptx" with the library's TMEM-load atom. Timed
-emulator, B200 description, streams of 4 calls (2026-11-25, BENCHMARKS.md, "The ladder"): see the
-ladder for ptx against tma_last side by side. The emulator passes an SM's TMA stores through one
-store unit at 31 bytes a cycle (an H100's with stores in flight, measured: BENCHMARKS.md, "The TMA
-store unit's rate"; the rate is per byte, so a wider box would not drain faster), each landing 76
-cycles after (the rest of a lone box's measured 142), so a last tile's 16 boxes per CTA take about 1057 cycles; tma_last beats ptx there
-(benchmarks 3 and 4: 4.88 / 3.14 against 5.16 / 3.47 us, simulated side by side; the B200
-description's held-out error is 17.4% RMS). No hardware has run a TMA store of this kernel. 236 registers a thread (ptxas, DSL 4.3.5 and 4.5.2, no spill).
-
-Per-problem configuration: the token width per tile (the smaller of 64 / 128 that covers its
-tokens), 8 stages (all that fit), every tile its own job, no split-K (jobs="stream" cuts tiles
-only where that lowers the modeled makespan by 25%: none of the benchmarks; the timed emulator
-found cutting benchmark 3 20% slower and benchmark 1 even, BENCHMARKS.md, "Stream-K"). The analytic model
-of tools/b200_model.py evaluates exactly the records sm100_schedule builds for a configuration,
-with the constants of B200Model (public B200 figures plus five constants fitted to published B200
-times); leaving one published design out of the fit misses its times by 18% RMS (worst 36%).
-Modeled B200 time (tools/b200_model.py --shipped): 28.8 / 18.4 / 8.7 / 6.8 us, geomean 13.3 us ± 18% (model, held-out RMS).
-It resolves structural effects (busy workers, stage counts, weight re-reads: 1.3x and more), not
-10-20% differences. Decisions that rest on less than its error: the token widths (64/128 against
-128 alone: no modeled difference on the benchmarks), cta_group 2 against 1 (+6% for 1 CTA), the
-start-up levers (PDL, prefetch: the model has one fitted start-up constant and cannot split it),
-the L2 hints and multicast (it has no L2 term), and single tiles against the hybrid (the same
-modeled time, since the model assumes tiles of one block that run at once read it from DRAM once:
-the timed emulator, above, decides it). Against weight-block jobs everywhere, the choice rests on
-more: the schedule keeps 60 and 64 of 74 pairs busy on benchmarks 3 and 4 instead of 24 and 32 (16.1 / 9.2
--> 8.7 / 6.8 us), and the same flip on the Hopper kernel, measured on the H200, made those
-benchmarks 2.1x slower (BENCHMARKS.md).
-Unrolling the first pipeline stages is not a switch: a fresh empty barrier lets the producer
-through at once, so the first stages already issue back to back.
-
-Techniques of the published ladders, adopted or not (gau-nernst/gpu-mode-kernels
-nvidia/nvfp4_group_gemm, NaregAmirianMegan/NVFP4_Kernels):
-  gau-nernst: persistent grid (adopted: the co-resident pairs); BLOCK_N 256 with overlapped TMEM
-  (adopted as 2 accumulators of up to 128 columns); groups sorted by M / raster along M (replaced
-  by the model-balanced table); 2-SM MMA with weights as M = 256 (adopted); unrolled first stages
-  (not adopted: the pipeline runs across tiles, and unrolling is wrong when a worker has fewer
-  k-tiles than stages and more than one tile, a reported pitfall); descriptor prefetch before the
-  dependency wait (adopted); multicast of the token scales (adopted); streaming stores (adopted:
-  st.global from registers; the TMA store is epilogue="tma"); evict-first weights (adopted, on a block's sole
-  reader); switch-based tile lookup (replaced by the table walk); skip out-of-bounds loads (TMA
-  zero-fill, no memory traffic; whole boxes past M are still issued); BLOCK_M 256 / two MMA_N 128
-  (not adopted: token tiles stop at 128 so the accumulators double-buffer); CLC dynamic
-  scheduling (not in DSL 4.3.5, measured slower by both); BLOCK_K 512 (measured no faster).
-  Nareg: buffers kept across calls (adopted: per shape signature); descriptors host-built, not
-  patched per tile (adopted, as kernel parameters); TMA loads pipelined across tiles (adopted);
-  ping-pong TMEM (adopted); A multicast (here: token-scale multicast; weights are split, not
-  shared, across the pair); TMA store for C (built as epilogue="tma", not shipped: see Epilogue); a tile-scheduler warp
-  with a binary search (replaced by the precomputed table).
+Epilogue ("tma_last"). The accumulator holds C^T, so a lane owns one weight column and 32
+consecutive token rows. Every tile but a worker's last is stored from registers (_store_direct):
+inline tcgen05.ld 32x32b.x32, neighbouring lanes swap halves with one shuffle (row_pair_word,
+shared with Hopper) so each lane stores 4 bytes, every store predicated on its token row being
+below M (store_words_if, shared with Hopper); it overlaps the next tile's mainloop. The worker's
+last tile is the call's tail and goes NVIDIA's way for a C whose contiguous mode is the MMA's M
+(_store_staged): the TMEM-load atom get_tmem_load_op picks (tcgen05.ld 16x256b), one wait and the
+accumulator's release, stmatrix.trans into C staging in the weights' stages (idle once the last
+accumulator is full), fence.proxy.async, a warp barrier and a TMA store of the warp's own 32 x 32
+box, clipped at M and N; the CTA waits for its stores before it exits. "atoms" stores every tile
+from registers through the library's TMEM-load atom.
 
 Departures from NVIDIA's dense_blockscaled_gemm_persistent.py (cutlass v4.3.5), by switch:
-  field           shipped  safe    the example                      risk the switch isolates
-  cta_group       2        1       both; 2 when mma_tiler M is 256  2-CTA MMA and TMEM alloc, the
-                                                                    pair's TMA completing on the
-                                                                    leader's barrier, fully
-                                                                    out-of-bounds boxes of the
-                                                                    second CTA (M <= 32; N an odd
-                                                                    multiple of 128)
-  token_variants  64/128/  128     one MMA N per kernel (64, 128,   two or three tiled MMAs in one
-                  192              192 or 256; N = 192 loads 256    kernel, stages at the widest
-                                   rows of token scales and shifts  stride, expect-tx per variant;
-                                   odd tiles' scale columns)        N = 192: two scale-block TMAs
-                                                                    per k-tile, 2 x 192 TMEM
-                                                                    columns, the box epilogue in
-                                                                    two batches; the launch's
-                                                                    choice of kernel per shape
-  multicast       on       off     multicasts when the cluster      multicast TMA of the token
-                                   allows (here no cluster)         scales, its arrival counts
-  pdl             on       off     no PDL                           griddepcontrol across calls
-  l2_hints        on       off     no createpolicy (its loads       createpolicy, the loads'
-                                   carry a zero cache hint)         cache-hint operands
-  epilogue        tma_last atoms   TMEM-load copy atoms, C staged   inline tcgen05.ld and its wait;
-                                   in smem, TMA store ("tma": the   "tma" also the direct stores
-                                   example's, per warp; "tma_last"  (st.global predicated on M)
-                                   for a worker's last tile)
-  descriptors     selp     branch  each atom's own descriptor       descriptor addresses taken
-                                                                    with cvta.param, picked by
-                                                                    selp, passed as tma_desc_ptr
-  prefetch        on       on      prefetches its atoms'            prefetch.tensormap by address
-                                   descriptors at its start         (selp) before the dependency
-                                                                    wait
-  jobs            tiles    hybrid  a linear static tile scheduler   none on B200 alone: the same
-                                                                    table walk runs on Hopper
-                                                                    ("stream": the parts' partials
-                                                                    through a workspace and an
-                                                                    acq_rel count, both kernels)
-  l2_prefetch     off      off     no prefetch                      cp.async.bulk.prefetch.L2 of
-                                                                    the first record before the
+  field           shipped   safe     the example                    risk the switch isolates
+  cta_group       2         1        2 when mma_tiler M is 256      2-CTA MMA and TMEM alloc, the pair's
+                                                                    TMA completing on the leader's
+                                                                    barrier, out-of-bounds boxes
+  token_variants  64/128/   128      one MMA N per kernel           several tiled MMAs in one kernel,
+                  192                                               expect-tx per variant, two scale
+                                                                    blocks per 192-token k-tile
+  multicast       on        off      multicast when the cluster     multicast TMA of the token scales
+                                     allows
+  pdl             on        off      no PDL                         griddepcontrol across calls
+  l2_hints        on        off      no createpolicy                createpolicy, cache-hint operands
+  epilogue        tma_last  atoms    TMEM-load atoms, C staged,     inline tcgen05.ld, direct stores
+                                     TMA store                      predicated on M
+  descriptors     selp      branch   each atom's own descriptor     descriptor addresses by cvta.param
+                                                                    and selp (tma_desc_ptr)
+  jobs            tiles     hybrid   a linear tile scheduler        none on B200 alone: the Hopper path
+                                                                    runs the same table walk
+  warmers         on        off      a grid of working CTAs only    idle workers that prefetch and exit
+                                                                    without the dependency wait
+  self_warm       on        off      no prefetch before the wait    tensor prefetch before the
                                                                     dependency wait
-  warmers         on       off     a grid of the workers with       workers without records in the
-                                   tiles only                       grid (first), TMA tensor
-                                                                    prefetch (cute.prefetch) by
-                                                                    every warp, no dependency wait
-                                                                    (off with jobs="stream")
-  self_warm       on       off     no prefetch before the           TMA tensor prefetch of the first
-                                   dependency wait                  record's first k-tiles before
-                                                                    the dependency wait (off with
-                                                                    warmers launched or
-                                                                    jobs="stream")
-  cluster_pairs   2        1       clusters of (4, 1) multicast B   4-CTA clusters, the tokens'
-                                   across M (here: the tokens)      2-CTA multicast TMA, stage
-                                                                    empty barriers counting two
-                                                                    pairs' commits, records of two
-                                                                    weight blocks (1 with
-                                                                    cta_group 1, multicast off or
-                                                                    jobs="stream")
-  lean_walk       on       off     a tile scheduler that computes   each worker's first record
-                                   its tiles (no table)             copied into its offsets row,
-                                                                    read before the cluster
-                                                                    barrier's wait; record fields
-                                                                    divided by shifts (off with
-                                                                    jobs="stream")
-Departures no switch removes (SM100_SAFE keeps them): one launch for all groups with one TMA
-atom per group and operand; a tile's trip count and token range from the host's table; token
-boxes partly past M, zero-filled by the TMA. The direct stores (st.global predicated on M) are
-removed by epilogue="tma" only: SM100_SAFE keeps them. The Hopper path runs the
-same host path, table walk and store predication.
+  cluster_pairs   2         1        clusters of (4, 1), B          4-CTA clusters, multicast tokens,
+                                     multicast across M             stages freed by two commits
+  lean_walk       on        off      a scheduler that computes      the first record read from the
+                                     its tiles (no table)           worker's row, fields by shifts
+Departures no switch removes: one launch for all groups with one TMA atom per group and operand;
+a tile's trip count and token range from the host's table; token boxes partly past M, zero-filled by
+the TMA; the descriptor prefetch before the dependency wait (as the example prefetches its atoms').
 
-Executed in emulation (emulator/, a functional emulator of sm_100a PTX proven on NVIDIA's block-
-scaled GEMM; tests/kernel/test_emulator_submission.py in CI on every commit, `python tools/check.py
---emulate` on any CPU): SM100_SHIPPED and SM100_SAFE, in eager and adversarial timing, on task.yml's
-10 tests and on M = 1, 7, 40, 129, 255, N = 128 and 384 (a pair's second CTA wholly out of bounds),
-K = 256, 512, 768 and G = 1, 2, 5, 8, with 2 or 3 workers (stage and accumulator pipelines wrap);
-every job policy; each switch flipped from shipped (epilogue="tma" and "tma_last" also on all of
-the above shapes, paired and single CTAs; jobs="stream" on tiles cut in 2 to 4 parts, with race
-detection and two planted defects of its ordering; cluster_pairs 2 on shapes the launch runs as
-clusters at 12 pairs, with two planted defects); the B200's worker count (74 pairs, 148 CTAs) on
-small shapes. That runs the real host path (plan, schedule tables, LaunchArgs, CompiledLaunch and the
-DSL's own descriptor encoding) and, in the kernel, tcgen05.mma / cp / ld, TMEM allocation, the 2-CTA
-pairing and cluster launch, the multicasts, the pipelines and the epilogue's clipped stores.
-
-Only hardware can show: timing (every B200 figure here is modelled or simulated); the effect of the
-L2 hints; PDL's overlap with the previous call as the hardware does it (the timed emulator runs
-streams of calls, DESIGN.md); what the SASS ptxas makes of this PTX costs (the emulator charges PTX
-instructions: the library's MMA k-tile is ~100 PTX and ~55 SASS instructions); the memory-ordering role of the fences; and anything else emulator/DESIGN.md lists as not
-modelled. Executed on the H200 through the Hopper path: the host path and LaunchArgs, descriptors as
-kernel parameters selected by group, build_tile_schedule with jobs="tiles", the epilogue's row
-pairing and clipped stores, and PDL between two kernels (Sm100Config.pdl switches it there too).
+Verified here without a B200 (README): compiled for sm_100a and inspected (tools/inspect_sm100.py),
+executed by the emulator (tools/emulate.py, emulator/DESIGN.md) in every configuration against the
+exact reference with race detection, and timed there; the host path, the schedule, descriptors as
+kernel parameters, the row-paired predicated stores and PDL run on the H200 through the Hopper path.
+Only a B200 shows its timing, the effect of the L2 hints, how its dispatcher places warmers and
+clusters, and what ptxas makes of this PTX.
 """
 from __future__ import annotations
 

@@ -32,6 +32,10 @@ span, not the board time; its `bench_kineto` zero-fills 8 GB before every call, 
 starts with L2 dirty (`--flush-every 1`). masked_m is the benchmark's own draw: Python's `random.seed(42)`,
 then per case in the script's order `int(expected_m * random.uniform(0.7, 1.3))` per group, once without
 and once with autotuning; the draw without autotuning is used.
+
+The published figures of the calibration set (these FlashInfer points, gau-nernst's ladder, teelaitila's final,
+Nareg's designs) with their sources, runners, host-blocking verdicts and the proposed fit subset:
+tools/data/published_b200_times.csv, loaded by calibration/published.py (load_published).
 """
 
 from __future__ import annotations

@@ -118,7 +118,7 @@ def cost_class(instr) -> str:
         return "cost_mbarrier"
     if op.startswith("barrier.cluster"):
         return "cost_cluster_barrier"
-    if op.startswith("cp.async.bulk"):
+    if op.startswith(("cp.async.bulk", "clusterlaunchcontrol.try_cancel")):
         return "cost_tma_issue"
     if op.startswith(("tcgen05.mma", "wgmma.mma_async")):
         return "cost_mma_issue"
@@ -417,6 +417,7 @@ class GridState:
         self.dispatched = 0
         self.released: set = set()  # CTAs that triggered the dependent launch or exited
         self.exited = 0
+        self.cancelled = 0  # CTAs of clusters a clusterlaunchcontrol.try_cancel took out of the queue
         self.completed = None  # when every CTA had exited and its memory operations were performed
         self.hbm_done = 0.0  # when the last HBM request of this grid is through
         self.hbm_read = self.hbm_written = self.prefetched = 0
@@ -604,6 +605,7 @@ class Clock:
             if base is None:
                 return
             self.waiting.popleft()
+            cluster.started = True
             # one CTA dispatcher for the GPU: `cta_dispatch_us` per CTA, from when it is free
             start = max(time, self.dispatch_free)
             self.dispatch_free = start + m.cycles(m.cta_dispatch_us) * len(cluster.ctas)
@@ -635,10 +637,31 @@ class Clock:
         state.released.add(cta)
         self._release_dependent(state, time)
         if state.exited == len(state.grid.ctas):
-            last = max(self.cta_end[c] for c in state.grid.ctas)
+            last = max(self.cta_end[c] for c in state.grid.ctas if c in self.cta_end)
             self._push(max(last, state.hbm_done), COMPLETE, state)
         if self.waiting:
             self._dispatch(time)
+
+    def try_cancel(self, grid):
+        """clusterlaunchcontrol.try_cancel (isa/launch_control.py), delivered now: the first cluster of `grid`
+        still in the dispatch queue (launched, on no SM yet) is taken out of it and never runs; None when every
+        cluster of the grid is already on SMs (or done, or cancelled). A cancelled cluster's CTAs count as
+        dispatched, released and exited for the grid's completion and the PDL trigger."""
+        for i, (state, cluster) in enumerate(self.waiting):
+            if state.grid is grid:
+                del self.waiting[i]
+                grid.cancel(cluster)
+                n = len(cluster.ctas)
+                state.dispatched += n
+                state.exited += n
+                state.cancelled += n
+                state.released.update(cluster.ctas)
+                now = self.now()
+                self._release_dependent(state, now)
+                if i == 0 and self.waiting:  # what stood behind it may fit now
+                    self._dispatch(now)
+                return cluster
+        return None
 
     def _trigger(self, warp) -> None:
         """griddepcontrol.launch_dependents (9.7.13.x): the CTA's first lets the dependent launch go once
@@ -986,6 +1009,8 @@ class Clock:
             done = max(now, self._pipe(op.cta).done) + self.machine.commit_latency
         elif unit == "wgmma.commit":
             done = max(now, self._pipe(op.cta).done)
+        elif unit == "clc":  # a cluster launch control request: the response (and the decision) comes back later
+            done = now + self.machine.clc_response_latency
         else:
             raise EmulatorError("setup", f"the timed mode has no model of the asynchronous unit {unit!r} "
                                 f"({op.issuer})")
@@ -1084,7 +1109,7 @@ class Clock:
         the stream (time 0: the stream's first launch)."""
         m = self.machine
         state = self.state_of[grid]
-        ctas = grid.ctas
+        ctas = [c for c in grid.ctas if c in self.cta_start]  # a cancelled cluster's CTAs never ran
         start = min(self.cta_start[c] for c in ctas)
         ends = sorted(self.cta_end[c] for c in ctas)
         end = max(ends[-1], state.hbm_done)
@@ -1101,6 +1126,7 @@ class Clock:
             "l2_misses": state.l2_misses,
             "tensor_busy": max(state.pipe_busy.values(), default=0.0) / max(end - start, 1.0),
             "start_us": m.us(start),
+            **({"cancelled_ctas": state.cancelled} if state.cancelled else {}),
             "end_us": m.us(end),
             **({"prefetched_mb": state.prefetched / 1e6} if state.prefetched else {}),
         }

@@ -3,8 +3,10 @@
 - cuda-python's driver bindings find `libcuda.so.1` by soname; the stub (driver/custub.c) is loaded first
   with RTLD_GLOBAL, so that every later `dlopen("libcuda.so.1")` in the process gets it. It answers as the
   GPU `install(gpu=...)` names from DEVICES (a B200 by default: sm_100, 148 SMs, 227 KiB of shared memory
-  per block; or an H200: sm_90, 132 SMs), serves device memory from host memory, and queues each launch (grid, block, cluster, shared memory, attributes, a copy of the parameter
-  bytes laid out from the cubin's `.nv.info`) instead of running it.
+  per block; or an H200: sm_90, 132 SMs), serves device memory from host memory, encodes tensor maps in the
+  hardware's format (cuTensorMapEncodeTiled, as tma.encode_tiled), and queues each launch (grid, block, cluster,
+  shared memory, attributes, a copy of the parameter bytes laid out from the cubin's `.nv.info`) instead of
+  running it. `library()` hands the stub to host code written in Python (groundtruth/peer_cuda.py's twins).
 - The DSL's generated host code calls `_cuda*` wrappers in the wheel's runtime library, whose static cudart
   needs the driver's private export tables, which no stub has. `CUTE_DSL_LIBS` replaces that library with
   driver/cdrt_shim.c, whose wrappers forward to the driver API (the stub).
@@ -237,6 +239,13 @@ def _require():
     if _lib is None:
         raise EmulatorSetupError("emulator.driver.install() was not called")
     return _lib
+
+
+def library():
+    """The stub libcuda itself (ctypes.CDLL), for a host program written in Python that calls the driver API as
+    a C++ host would (cuModuleLoadData, cuTensorMapEncodeTiled, cuFuncSetAttribute, cuLaunchKernel...):
+    groundtruth/peer_cuda.py's twins of the peers' CUDA host code. Their launches are queued as the DSL's are."""
+    return _require()
 
 
 def device() -> DeviceIdentity:

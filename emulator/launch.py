@@ -9,6 +9,8 @@ them; clock.py). Programs are cached by PTX text, so repeated launches of one ke
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import hashlib
 import subprocess
 import time
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 
 from . import isa  # noqa: F401  (registers the instruction handlers)
 from .errors import EmulatorError
-from .limits import check_launch, registers_per_cta
+from .limits import LaunchLimitError, check_launch, registers_per_cta
 from .machine import Grid, LaunchConfig
 from .ptx import parse_module
 from .scheduler import finish, run_grid
@@ -70,13 +72,16 @@ def _build(launch, ptx: str, memory, *, mode: str, seed: int, barrier_names, war
     """A recorded launch -> (its Grid, its warps), refused if beyond the GPU's limits."""
     from .warp import Warp
 
-    check_launch(launch)  # what the impersonated GPU's driver refuses never runs
     program = program_for(ptx, launch.kernel_name)
     kernel = program.kernel
+    launch = with_compiled_cluster(launch, kernel)
+    check_launch(launch)  # what the impersonated GPU's driver refuses never runs
     block = tuple(launch.block)
     threads = block[0] * block[1] * block[2]
     if kernel.reqntid and kernel.reqntid[0] * kernel.reqntid[1] * kernel.reqntid[2] != threads:
         raise EmulatorError("setup", f"block {block} does not match .reqntid {kernel.reqntid}")
+    if kernel.maxntid and threads > kernel.maxntid[0] * kernel.maxntid[1] * kernel.maxntid[2]:
+        raise LaunchLimitError(f"block {block} has {threads} threads, more than the kernel's .maxntid {kernel.maxntid}")
     config = LaunchConfig(tuple(launch.grid), block, tuple(launch.cluster), launch.shared_bytes,
                           dict(launch.attributes))
     grid = Grid(kernel, program, config, tuple(launch.params), memory, mode=mode, seed=seed,
@@ -87,6 +92,31 @@ def _build(launch, ptx: str, memory, *, mode: str, seed: int, barrier_names, war
         cta.warps = [Warp(cta, i, program) for i in range((threads + 31) // 32)]
         warps.extend(cta.warps)
     return grid, warps
+
+
+CLUSTER_DIMENSION_ATTRIBUTE = 4  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+
+
+def with_compiled_cluster(launch, kernel):
+    """The launch with the cluster shape it runs with: a kernel compiled with a cluster shape (PTX
+    `.reqnctapercluster`, ISA 11.4.9; CUDA C++ `__cluster_dims__`) runs in clusters of that shape when the
+    launch names none (a `<<<grid, block, smem>>>` launch, cuLaunchKernel); a launch naming another
+    (CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) is refused, as the CUDA Programming Guide has it ("the cluster
+    size ... specified at compile time ... cannot be modified at launch time")."""
+    compiled = kernel.reqnctapercluster
+    if not compiled:
+        return launch
+    named = CLUSTER_DIMENSION_ATTRIBUTE in launch.attributes
+    if named and tuple(launch.cluster) != tuple(compiled):
+        raise LaunchLimitError(f"cluster {tuple(launch.cluster)} given at launch; the kernel was compiled for "
+                               f"clusters of {tuple(compiled)} (.reqnctapercluster)")
+    if tuple(launch.cluster) == tuple(compiled):
+        return launch
+    if dataclasses.is_dataclass(launch):
+        return dataclasses.replace(launch, cluster=tuple(compiled))
+    resolved = copy.copy(launch)  # a test's SimpleNamespace
+    resolved.cluster = tuple(compiled)
+    return resolved
 
 
 def pdl_of(launch) -> bool:

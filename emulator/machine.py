@@ -221,6 +221,9 @@ class ClusterBarrierWait(Wait):
         return f"barrier.cluster.wait: {len(self.barrier.arrived)} of {live} live warps of the cluster arrived"
 
 
+# adversarial mode: how often a clusterlaunchcontrol.try_cancel fails although a cluster could be cancelled
+CLC_SPURIOUS_FAILURE = 0.25
+
 # --------------------------------------------------------------------------------------------------
 # Grid, cluster, CTA
 # --------------------------------------------------------------------------------------------------
@@ -246,6 +249,7 @@ class Cta:
         self.named_barriers: dict[int, NamedBarrier] = {}
         self._tmem = None
         self.warps: list = []
+        self.clc_failed = None  # the PTX line where a warp of this CTA observed a try_cancel failure (launch_control)
         self.threads = int(np.prod(grid.config.block))
 
     @property
@@ -271,10 +275,16 @@ class Cta:
 
 
 class Cluster:
+    """A cluster of the grid. `started`: one of its warps has run (eager, adversarial) or it is on SMs (timed);
+    `cancelled`: a `clusterlaunchcontrol.try_cancel` took it before it started, so it never runs
+    (isa/launch_control.py)."""
+
     def __init__(self, clusterid: tuple):
         self.clusterid = clusterid
         self.ctas: list[Cta] = []
         self.barrier = ClusterBarrier(self)
+        self.started = False
+        self.cancelled = False
 
     def cta(self, rank: int, where: str) -> Cta:
         if not 0 <= rank < len(self.ctas):
@@ -330,6 +340,34 @@ class Grid:
                     self.ctas.append(cta)
         for cluster in self.clusters:
             cluster.ctas.sort(key=lambda c: c.rank)
+
+    def try_cancel(self):
+        """Cluster launch control (isa/launch_control.py): the cluster a `try_cancel` delivered now cancels, or
+        None when it fails. Timed: the clock's dispatch queue decides (a cluster already on SMs cannot be
+        cancelled). Eager: the first cluster, in launch order, none of whose warps has run. Adversarial: one
+        such cluster at random, and with probability CLC_SPURIOUS_FAILURE none even when one is left (the
+        ISA promises no success)."""
+        if self.clock is not None:
+            return self.clock.try_cancel(self)
+        candidates = [c for c in self.clusters if not c.started and not c.cancelled]
+        if not candidates:
+            return None
+        if self.mode == "adversarial":
+            if self.rng.random() < CLC_SPURIOUS_FAILURE:
+                return None
+            cluster = candidates[int(self.rng.integers(len(candidates)))]
+        else:
+            cluster = candidates[0]
+        self.cancel(cluster)
+        return cluster
+
+    def cancel(self, cluster) -> None:
+        """`cluster` will never run: its warps are done before their first instruction."""
+        cluster.cancelled = True
+        for cta in cluster.ctas:
+            for w in cta.warps:
+                w.alive = np.zeros_like(w.alive)
+        self.progress += 1
 
     def activity(self) -> tuple:
         """What a poll loop can observe changing: synchronization events and writes to memory."""

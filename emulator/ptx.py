@@ -100,6 +100,10 @@ class Kernel:
     shared: list  # SharedVariable, in declaration order (module scope and entry scope)
     reqntid: tuple | None = None
     source: str = ""
+    # performance-tuning directives (ISA 11.4): `.maxntid` (at most this many threads per CTA) and
+    # `.reqnctapercluster` (the cluster shape fixed at compile time, CUDA's `__cluster_dims__`)
+    maxntid: tuple | None = None
+    reqnctapercluster: tuple | None = None
     registers: set = field(default_factory=set)
 
     @property
@@ -211,7 +215,9 @@ def _parse_address(text: str, rename):
 # --------------------------------------------------------------------------------------------------
 
 _ENTRY = re.compile(r"\.(?:visible\s+|weak\s+)?\.?entry\s+([\w$]+)\s*\(", re.S)
-_SHARED = re.compile(r"(\.extern\s+)?\.shared\s+(?:\.align\s+(\d+)\s+)?\.(\w+)\s+([\w$]+)\s*\[(\d*)\]\s*;")
+# `[.extern] .shared [.align A] .type name[N]`, `name[]` (the dynamic array) or a scalar `name` (nvcc's
+# function-scope `__shared__` variables: ISA 5.1.5)
+_SHARED = re.compile(r"(\.extern\s+)?\.shared\s+(?:\.align\s+(\d+)\s+)?\.(\w+)\s+([\w$]+)\s*(?:\[(\d*)\])?\s*;")
 # `.param [.align A] .type [.ptr [.space] [.align N]] name[[count]]`: the `.ptr` attributes of a pointer
 # parameter (ISA 5.1.6.1: the state space and alignment of what it points to) leave its own layout unchanged
 _PARAM = re.compile(r"\.param\s+(?:\.align\s+(\d+)\s+)?\.(\w+)\s+(?:\.ptr\s+(?:\.(?:global|shared|const|local)\s+)?"
@@ -237,7 +243,7 @@ def parse_module(text: str) -> dict:
 def _shared_variable(m) -> SharedVariable:
     extern, align, typ, name, count = m.groups()
     elem = _TYPE_BYTES.get(typ, 1)
-    return SharedVariable(name, int(align or elem), elem * int(count or 0), bool(extern))
+    return SharedVariable(name, int(align or elem), elem * (1 if count is None else int(count or 0)), bool(extern))
 
 
 def _parse_entry(clean: str, m, shared: list, source: str) -> Kernel:
@@ -261,7 +267,12 @@ def _parse_entry(clean: str, m, shared: list, source: str) -> Kernel:
     rq = re.search(r"\.reqntid\s+(\d+)(?:\s*,\s*(\d+))?(?:\s*,\s*(\d+))?", header)
     if rq:
         reqntid = tuple(int(x or 1) for x in rq.groups())
-    kernel = Kernel(name, params, [], {}, shared, reqntid, source)
+    directives = {}
+    for directive in ("maxntid", "reqnctapercluster"):
+        found = re.search(rf"\.{directive}\s+(\d+)(?:\s*,\s*(\d+))?(?:\s*,\s*(\d+))?", header)
+        if found:
+            directives[directive] = tuple(int(x or 1) for x in found.groups())
+    kernel = Kernel(name, params, [], {}, shared, reqntid, source, **directives)
     _parse_body(clean, body_start, kernel)
     return kernel
 

@@ -377,8 +377,12 @@ def tcgen05_cp(tmem: TensorMemory, address: int, read_smem, desc: int, shape: st
 
 def tcgen05_ld(tmem: TensorMemory, address: int, shape: str, num: int, warp_quarter: int) -> np.ndarray:
     """tcgen05.ld.shape.num (9.7.16.8.3): (32 threads, registers) uint32 for the warp whose id % 4 is
-    `warp_quarter` (it may access lanes 32 * warp_quarter .. + 31 only)."""
+    `warp_quarter` (it may access lanes 32 * warp_quarter .. + 31 only). The address's lane is taken modulo
+    the 128 lanes: gau-nernst's v6b (groundtruth/peer_cuda.py), which passes the board's checks on a B200,
+    reads a cta_group::2 accumulator with lane 128 * (CTA rank) + 32 * (warp) in both CTAs of the pair, and
+    the ISA's text does not say what the lane field's bits above the 128 lanes do."""
     lane, column = split_address(address)
+    lane %= LANES
     first = 32 * warp_quarter
     if shape == "32x32b":
         lanes = np.arange(32)[:, None] + lane + np.zeros((1, num), int)

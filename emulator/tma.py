@@ -48,6 +48,10 @@ dim 0's traversal stride is ignored; a store writes a row's in-bounds bytes roun
 faults on a shared address not 128-byte aligned, an innermost coordinate not at a 16-byte boundary, and a
 store at a negative coordinate; swizzled rows shorter than the span are pitched at the span (not modeled).
 
+Encoding (`encode_tensor_map`, `encode_fields`: the table above the other way round, the decoder's exact inverse;
+`encode_tiled`: what a driver's `cuTensorMapEncodeTiled` writes for its arguments, and what it refuses; the stub
+driver's C twin writes the same bytes) serves host code that calls the driver, as the peers' CUDA entries do.
+
 Modeled: tiled loads (`load_box`) and stores (`store_box`) of ranks 1-5, element formats of 8 to 64 bits
 and packed 4-bit, swizzles none/32/64/128 B (128 B also with 32 B and 64 B atomicity), out-of-bound
 zero and NaN fill, traversal strides, the transaction bytes of a box (`box_bytes`), the faults above
@@ -161,6 +165,10 @@ class TensorMap:
     dsl_large_tensor: bool
     unknown_bits: tuple[int, ...]  # words 0-7 with every decoded field masked out
     raw: bytes
+    # words 0-7's bits in the slots of dims, strides, box sizes and element strides past the rank: read by no
+    # copy (NVIDIA's grouped kernel patches dims 0-4 of every map whatever its rank), kept so that
+    # `encode_fields` gives back words 0-7 exactly
+    beyond_rank: tuple[int, ...] = (0,) * 8
 
     @property
     def element_bits(self) -> int:
@@ -233,7 +241,198 @@ def decode_tensor_map(raw: bytes) -> TensorMap:
         dsl_large_tensor=bool(word1("dsl_large")),
         unknown_bits=tuple(word & ~known & 0xFFFF_FFFF_FFFF_FFFF for word, known in zip(w, _KNOWN_BITS)),
         raw=bytes(raw),
+        beyond_rank=tuple(word & mask for word, mask in zip(w, _beyond_rank_bits(rank))),
     )
+
+
+def _beyond_rank_bits(rank: int) -> tuple:
+    """Per word 0-7, the bits of the per-dimension fields of dims `rank`..4 (see the table)."""
+    m = [0] * 8
+    for dim in range(rank, 5):
+        m[(4, 4, 5, 5, 6)[dim]] |= _FULL32 << (32 * (dim % 2) if dim < 4 else 0)  # size - 1
+        m[6] |= 0b111 << (32 + 3 * dim)  # traversal stride - 1
+        if dim:
+            m[7] |= 0xFF << (8 * (dim - 1))  # box size - 1
+            if dim == 1:  # stride of dim 1, then its bits 32-35
+                m[1] |= _FULL32 << 32
+            else:
+                m[(2, 2, 3)[dim - 2]] |= _FULL32 << (32 if dim == 3 else 0)
+            m[3] |= 0xF << (32 + 4 * (dim - 1))
+    return tuple(m)
+
+
+# ---- encoding: the decoder's inverse, and the driver's cuTensorMapEncodeTiled ----
+
+
+def encode_tensor_map(*, global_address: int, element_format, dims, strides, box, element_strides=None,
+                      interleave=Interleave.NONE, swizzle=Swizzle.NONE, swizzle_atomicity=SwizzleAtomicity.B16,
+                      l2_promotion=L2Promotion.NONE, oob_fill=OobFill.ZERO, round_to_tf32: bool = False,
+                      im2col: bool = False, dsl_bit1: bool = False, dsl_large_tensor: bool = False,
+                      unknown_bits=(0,) * 8, beyond_rank=(0,) * 8, tail: bytes = bytes(64)) -> bytes:
+    """The 128-byte map whose `decode_tensor_map` gives these fields: the exact inverse of the decoder (the
+    module docstring's table, written the other way round). `strides` are the byte strides of dims 1..rank-1;
+    `unknown_bits` and `beyond_rank` (the decoder's) are ORed back into words 0-7; `tail` is words 8-15 (the driver's bookkeeping, which no
+    copy reads: zeros, as DSL 4.3.5 writes). A field that does not fit its bits is a ValueError."""
+    rank = len(dims)
+    element_strides = tuple(element_strides or (1,) * rank)
+    if not 1 <= rank <= 5 or len(box) != rank or len(element_strides) != rank or len(strides) != rank - 1:
+        raise ValueError(f"rank {rank}: dims {tuple(dims)}, strides {tuple(strides)} (rank - 1), box {tuple(box)}, "
+                         f"element strides {element_strides} (rank each)")
+    if global_address % 16 or not 0 <= global_address < 1 << 57:
+        raise ValueError(f"global address 0x{global_address:x}: 16-byte aligned, below 2^57")
+    if any(not 1 <= d <= 1 << 32 for d in dims) or any(not 1 <= b <= 256 for b in box) or \
+            any(not 1 <= e <= 8 for e in element_strides):
+        raise ValueError(f"dims {tuple(dims)} (1..2^32), box {tuple(box)} (1..256), element strides "
+                         f"{element_strides} (1..8)")
+    if any(s % 16 or not 0 <= s < 1 << 40 for s in strides):
+        raise ValueError(f"strides {tuple(strides)}: multiples of 16 below 2^40")
+    if len(tail) != TENSOR_MAP_BYTES - 64:
+        raise ValueError("tail: words 8-15, 64 bytes")
+
+    def field(name: str, value: int) -> int:
+        low, count = _WORD1_FIELDS[name]
+        if not 0 <= int(value) < 1 << count:
+            raise ValueError(f"{name} {value} does not fit {count} bits")
+        return int(value) << low
+
+    s = [x >> 4 for x in strides] + [0] * (4 - len(strides))
+    w = [0] * 8
+    w[0] = global_address
+    w[1] = (field("im2col", im2col) | field("dsl_bit1", dsl_bit1) | field("rank", rank - 1)
+            | field("format", element_format) | field("interleave", interleave) | field("swizzle", swizzle)
+            | field("oob", oob_fill) | field("tf32", round_to_tf32) | field("l2", l2_promotion)
+            | field("atomicity", swizzle_atomicity) | field("dsl_large", dsl_large_tensor)
+            | field("stride1", s[0] & _FULL32))
+    w[2] = (s[1] & _FULL32) | (s[2] & _FULL32) << 32
+    w[3] = (s[3] & _FULL32) | sum((x >> 32) << (32 + 4 * i) for i, x in enumerate(s))
+    d = [x - 1 for x in dims] + [0] * (5 - rank)
+    w[4], w[5] = d[0] | d[1] << 32, d[2] | d[3] << 32
+    w[6] = d[4] | sum((e - 1) << (32 + 3 * i) for i, e in enumerate(element_strides)) | (box[0] - 1) << 56
+    w[7] = sum((b - 1) << (8 * i) for i, b in enumerate(box[1:]))
+    w = [word | extra | spare for word, extra, spare in zip(w, tuple(unknown_bits) + (0,) * (8 - len(unknown_bits)),
+                                                            tuple(beyond_rank) + (0,) * (8 - len(beyond_rank)))]
+    return struct.pack("<8Q", *w) + bytes(tail)
+
+
+def encode_fields(tmap: TensorMap, tail: bytes = bytes(64)) -> bytes:
+    """`encode_tensor_map` of a decoded map's fields: `encode_fields(decode_tensor_map(raw))` is `raw`'s
+    words 0-7 followed by `tail`."""
+    return encode_tensor_map(
+        global_address=tmap.global_address, element_format=tmap.element_format, dims=tmap.dims,
+        strides=tmap.strides, box=tmap.box, element_strides=tmap.element_strides, interleave=tmap.interleave,
+        swizzle=tmap.swizzle, swizzle_atomicity=tmap.swizzle_atomicity, l2_promotion=tmap.l2_promotion,
+        oob_fill=tmap.oob_fill, round_to_tf32=tmap.round_to_tf32, im2col=tmap.im2col, dsl_bit1=tmap.dsl_bit1,
+        dsl_large_tensor=tmap.dsl_large_tensor, unknown_bits=tmap.unknown_bits, beyond_rank=tmap.beyond_rank,
+        tail=tail)
+
+
+class TensorMapDataType(enum.IntEnum):
+    """The driver's `CUtensorMapDataType` (cuda.h), which cuTensorMapEncodeTiled takes."""
+
+    UINT8 = 0
+    UINT16 = 1
+    UINT32 = 2
+    INT32 = 3
+    UINT64 = 4
+    INT64 = 5
+    FLOAT16 = 6
+    FLOAT32 = 7
+    FLOAT64 = 8
+    BFLOAT16 = 9
+    FLOAT32_FTZ = 10
+    TFLOAT32 = 11
+    TFLOAT32_FTZ = 12
+    U4X16_ALIGN8B = 13  # CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B
+    U4X16_ALIGN16B = 14  # CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B
+    U6X16_ALIGN16B = 15  # CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B
+
+
+# driver data type -> (hardware element format, round f32 to tf32): the driver vectors of
+# tests/test_emulator_tma.py show S32, S64, F32_FTZ, TFLOAT32 (F32 + bit 16) and TFLOAT32_FTZ (F32_FTZ + bit 16)
+DRIVER_FORMAT = {
+    TensorMapDataType.UINT8: (ElementFormat.U8, False), TensorMapDataType.UINT16: (ElementFormat.U16, False),
+    TensorMapDataType.UINT32: (ElementFormat.U32, False), TensorMapDataType.INT32: (ElementFormat.S32, False),
+    TensorMapDataType.UINT64: (ElementFormat.U64, False), TensorMapDataType.INT64: (ElementFormat.S64, False),
+    TensorMapDataType.FLOAT16: (ElementFormat.F16, False), TensorMapDataType.FLOAT32: (ElementFormat.F32, False),
+    TensorMapDataType.FLOAT64: (ElementFormat.F64, False), TensorMapDataType.BFLOAT16: (ElementFormat.BF16, False),
+    TensorMapDataType.FLOAT32_FTZ: (ElementFormat.F32_FTZ, False),
+    TensorMapDataType.TFLOAT32: (ElementFormat.F32, True), TensorMapDataType.TFLOAT32_FTZ: (ElementFormat.F32_FTZ, True),
+    TensorMapDataType.U4X16_ALIGN8B: (ElementFormat.B4X16, False),
+    TensorMapDataType.U4X16_ALIGN16B: (ElementFormat.B4X16_P64, False),
+    TensorMapDataType.U6X16_ALIGN16B: (ElementFormat.B6X16_P32, False),
+}
+_FLOAT_TYPES = {TensorMapDataType.FLOAT16, TensorMapDataType.FLOAT32, TensorMapDataType.FLOAT64,
+                TensorMapDataType.BFLOAT16, TensorMapDataType.FLOAT32_FTZ, TensorMapDataType.TFLOAT32,
+                TensorMapDataType.TFLOAT32_FTZ}
+# the driver's CUtensorMapSwizzle values past 128B (CUDA 12.8+): the 128-byte swizzle with 32- or 64-byte atoms,
+# as (swizzle span, atomicity); their atomicity bits are the ones the DSL writes for the same smem layouts (a
+# driver was never seen writing them: an H100's refuses them)
+DRIVER_SWIZZLE_ATOMS = {4: (Swizzle.B128, SwizzleAtomicity.B32), 5: (Swizzle.B128, SwizzleAtomicity.B32_FLIP_8B),
+                        6: (Swizzle.B128, SwizzleAtomicity.B64)}
+CUDA_ERROR_INVALID_VALUE = 1
+
+
+class TensorMapEncodeError(ValueError):
+    """An argument cuTensorMapEncodeTiled refuses (it returns CUDA_ERROR_INVALID_VALUE); the message names it."""
+
+    code = CUDA_ERROR_INVALID_VALUE
+
+
+def encode_tiled(data_type, rank: int, global_address: int, global_dim, global_strides, box_dim,
+                 element_strides, interleave=Interleave.NONE, swizzle=Swizzle.NONE,
+                 l2_promotion=L2Promotion.NONE, oob_fill=OobFill.ZERO) -> bytes:
+    """The map a real driver's `cuTensorMapEncodeTiled` writes for these arguments (in its order and terms:
+    the enums' values are the driver's CU_TENSOR_MAP_* values (swizzles 4-6: DRIVER_SWIZZLE_ATOMS), `global_strides` the rank - 1 byte strides of
+    dims 1.., dims and boxes in elements, 4-bit elements for the packed types), words 0-7 as the driver vectors
+    of tests/test_emulator_tma.py show them (the DSL's bits 1 and 21 of word 1 are never set), words 8-15
+    zero (the driver's bookkeeping there, e.g. 0x400, is not reproduced: no copy reads it). Refused as the
+    CUDA driver API documents it (TensorMapEncodeError): rank 1..5 (3..5 interleaved); address 16-byte aligned
+    (32 with 32-byte interleave); every dim in 1..2^32; strides multiples of 16 (32 with 32-byte interleave)
+    below 2^40; box dims in 1..256, the inner one a multiple of 16 bytes without interleave and at most the
+    swizzle span; element strides 1..8; NaN fill for float types only; a swizzle other than 32 B with
+    32-byte interleave."""
+    try:
+        data_type = TensorMapDataType(data_type)
+        swizzle, atomicity = DRIVER_SWIZZLE_ATOMS[int(swizzle)] if int(swizzle) in DRIVER_SWIZZLE_ATOMS else \
+            (Swizzle(swizzle), SwizzleAtomicity.B16)
+        interleave = Interleave(interleave)
+        l2_promotion, oob_fill = L2Promotion(l2_promotion), OobFill(oob_fill)
+    except ValueError as e:
+        raise TensorMapEncodeError(f"cuTensorMapEncodeTiled: {e}") from None
+    element_format, tf32 = DRIVER_FORMAT[data_type]
+    bits = ELEMENT_BITS[element_format]
+    dims, box, estrides = tuple(global_dim[:rank]), tuple(box_dim[:rank]), tuple(element_strides[:rank])
+    strides = tuple(global_strides[:max(rank - 1, 0)])
+
+    def refuse(why: str):
+        raise TensorMapEncodeError(f"cuTensorMapEncodeTiled: {why}")
+
+    if not (3 if interleave != Interleave.NONE else 1) <= rank <= 5:
+        refuse(f"rank {rank} (1..5; 3..5 with interleave)")
+    align = 32 if interleave == Interleave.B32 else 16
+    if global_address % align:
+        refuse(f"global address 0x{global_address:x} not {align}-byte aligned")
+    if any(not 1 <= d <= 1 << 32 for d in dims):
+        refuse(f"global dims {dims}: each 1..2^32")
+    if any(s % align or not 0 < s < 1 << 40 for s in strides):
+        refuse(f"global strides {strides}: multiples of {align} below 2^40")
+    if any(not 1 <= b <= 256 for b in box):
+        refuse(f"box {box}: each 1..256")
+    if any(not 1 <= e <= 8 for e in estrides):
+        refuse(f"element strides {estrides}: each 1..8")
+    inner_bytes = box[0] * bits / 8
+    if interleave == Interleave.NONE and inner_bytes % 16:
+        refuse(f"box inner dimension of {inner_bytes:g} B: a multiple of 16 B")
+    if interleave == Interleave.NONE and swizzle != Swizzle.NONE and inner_bytes > 16 << swizzle:
+        refuse(f"box inner dimension of {inner_bytes:g} B exceeds the {16 << swizzle} B swizzle span")
+    if interleave == Interleave.B32 and swizzle != Swizzle.B32:
+        refuse("32-byte interleave requires the 32-byte swizzle")
+    if oob_fill == OobFill.NAN and data_type not in _FLOAT_TYPES:
+        refuse(f"NaN out-of-bound fill for {data_type.name}")
+    return encode_tensor_map(global_address=global_address, element_format=element_format, dims=dims,
+                             strides=strides, box=box, element_strides=estrides, interleave=interleave,
+                             swizzle=swizzle, swizzle_atomicity=atomicity, l2_promotion=l2_promotion,
+                             oob_fill=oob_fill, round_to_tf32=tf32)
 
 
 # ---- swizzles (ISA 5.5.7) ----

@@ -173,6 +173,14 @@ class Program:
 
         return write
 
+    def high_register(self, operand) -> int:
+        """The register holding bits 64-127 of the `.b128` register `operand` (a warp's registers are 64-bit
+        vectors: a b128 one is two, its own index for the low half and this companion for the high half). Made
+        when a handler factory first asks, which is while the Program is built, before any warp exists."""
+        if operand.kind != "reg":
+            raise EmulatorError("unimplemented", f"operand {operand} as a .b128 register")
+        return self.register_index.setdefault(operand.name + "^hi", len(self.register_index))
+
     @property
     def kernel_param_offsets(self) -> dict:
         return {p.name: p.offset for p in self.kernel.params}

@@ -554,13 +554,6 @@ def loo_table(loo, markdown=False) -> str:
                       f"({len(errors)} held-out rows)"])
 
 
-def design_note_line(benches, rms, model=B200_MODEL) -> str:
-    """The line of submission.py's design note that states the modeled time (tests compare it)."""
-    times = [predict_config(SM100_SHIPPED, b.sizes, model).total_us for b in benches]
-    return (f"Modeled B200 time (tools/b200_model.py --shipped): {' / '.join(f'{t:.1f}' for t in times)} us, "
-            f"geomean {geomean(times):.1f} us {error_bar(rms)}.")
-
-
 def report(markdown=False) -> str:
     benches = load_benchmarks()
     loo = leave_one_design_out(benches)
@@ -717,7 +710,6 @@ def main(argv=None) -> int:
     what.add_argument("--calibration", action="store_true",
                       help="the published B200 times of gau-nernst's v6b and Nareg's V14/V16/V17 against the model")
     what.add_argument("--loo", action="store_true", help="leave-one-design-out refits of the five fitted constants")
-    what.add_argument("--design-note", action="store_true", help="the line stating the modeled time in submission.py")
     what.add_argument("--refit", metavar="FILE", type=Path, help="refit the constants to a calibration/b200_profile.py file")
     what.add_argument("--hopper", metavar="PROFILE", type=Path,
                       help="predict the Hopper kernel's means from `calibration/sm90_profile.py tiles --json PROFILE`")
@@ -745,13 +737,11 @@ def _output(args, benches) -> str:
         return calibration_table(benches, args.markdown)
     if args.loo:
         return loo_table(leave_one_design_out(benches), args.markdown)
-    if not (args.shipped or args.config or args.configs or args.design_note):
+    if not (args.shipped or args.config or args.configs):
         return report(args.markdown)
     rms = held_out_rms(leave_one_design_out(benches))
     if args.configs:
         return configs_table(benches, rms, args.markdown)
-    if args.design_note:
-        return design_note_line(benches, rms)
     return config_table(Sm100Config.parse(args.config or "shipped"), benches, rms, args.markdown)
 
 

@@ -10,6 +10,9 @@
         [--workers W] [--mode eager|adversarial] [--seed S] [--ptx-filter CMD] [--submission FILE] [--no-races]
         [--arch sm_100a|sm_90a]
 
+    python tools/emulate.py peer --source FILE --spec SPEC [--row BLOCK_M,CTA_GROUP] [--time] [--timing-only]
+        [--calls N] [--no-races] [--mode eager|adversarial|timed] [--seed S] [--ptx-filter CMD]
+
     python tools/emulate.py benchmarks [--kernel submission|flashinfer|both] [--config TEXT] [--arch sm_100a|sm_90a]
         [--only N] [--calls N] [--timing-only]
         [--timeline FILE.png [--timeline-call N] [--timeline-ctas I,J,..] [--timeline-trace FILE.txt]]
@@ -50,6 +53,15 @@ capability-9.0 device): the stub driver answers as an H200 (132 SMs) and the DSL
 Of `--config`, the Hopper kernel has `pdl` (its GEMM launched with PDL on the token pre-pass) and `jobs`
 (its schedule's job policy, sm90_kernel.SCHEDULE; named explicitly, else its own "tiles"); a text that
 changes any other field is refused. `--workers` is then the SM count its schedule spreads tiles over.
+
+`peer` runs another entrant's submission FILE (groundtruth/peers.py picks the route by the file's kind; a file
+no route recognizes is refused in one line, exit 2): for a CUDA C++ entry compiled with torch's load_inline
+(groundtruth/peer_cuda.py), nvcc's PTX of its own source and a Python twin of its host code, on the board's
+inputs for SPEC (reference.generate_input; its outputs poisoned with NaN), checked against the exact
+reference; `--calls N` draws the board's N inputs (seed + 42, + 84, ...). Its groups must share N and K (its
+host code sends other shapes to torch._scaled_mm); a shape outside its LAUNCH table gets an instance of the
+same kernel with `--row BLOCK_M,CTA_GROUP` (default: the twin's). The line before the verdict names the twin
+and the row.
 
 Happens-before race detection (emulator/happens_before.py) is on in every run that checks outputs: two
 conflicting accesses (shared, tensor or global memory; by warps or by the TMA and tensor-core units acting
@@ -145,7 +157,7 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(prog="emulate.py", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in ("nvidia", "nvidia-grouped", "flashinfer", "submission"):
+    for name in ("nvidia", "nvidia-grouped", "flashinfer", "submission", "peer"):
         p = sub.add_parser(name)
         p.add_argument("--mode", choices=("eager", "adversarial", "timed"), default="eager")
         p.add_argument("--time", action="store_true",
@@ -186,6 +198,11 @@ def parse_args(argv=None):
             p.add_argument("--cluster", type=_pair, default=(1, 1), metavar="CM,CN")
             p.add_argument("--clusters", type=int, default=None, metavar="N",
                            help="max active clusters (persistent grid size; default 2, so tiles wrap)")
+        elif name == "peer":
+            p.add_argument("--source", type=Path, required=True, metavar="FILE", help="the entrant's submission file")
+            p.add_argument("--spec", required=True, metavar="SPEC", help='"m: [..]; n: [..]; k: [..]; g: G; seed: S"')
+            p.add_argument("--row", type=_pair, default=None, metavar="BLOCK_M,CTA_GROUP",
+                           help="for a shape outside the entry's LAUNCH table: the instance to add")
         elif name == "flashinfer":
             p.add_argument("--groups", type=int, required=True, metavar="G")
             p.add_argument("--masked-m", type=_pair, required=True, metavar="M0,M1,..",
@@ -313,6 +330,33 @@ def run_nvidia_grouped(args, emulator) -> tuple:
     case = NvidiaGrouped(problems, mma_tiler_mn=tuple(args.mma_tiler), cluster_mn=tuple(args.cluster),
                          seed=args.seed, max_active_clusters=args.clusters)
     return run_example_calls(case, args, emulator)
+
+
+def run_peer(args, emulator) -> tuple:
+    """Another entrant's submission (groundtruth/peers.py): its route's case for SPEC, as `--calls` calls."""
+    from groundtruth import peers
+
+    text = args.source.read_text()
+    route = peers.route_for(text)
+    options = {"row": tuple(args.row)} if args.row else {}
+    if getattr(args, "calls", 1) > 1:  # the board's inputs: seed + 42, + 84, ... (as the submission route's)
+        options["seed_shift"] = BOARD_SEED_STEP
+    case = route.make_case(text, args.spec[0], **options)
+    print(case.note, flush=True)
+    return run_example_calls(case, args, emulator)
+
+
+def peer_refusal(args) -> str | None:
+    """One line refusing a --source file no peer route recognizes (or that cannot be read), else None."""
+    from groundtruth import peers
+
+    try:
+        text = args.source.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        return f"emulate.py peer: {args.source}: cannot be read ({e.__class__.__name__})"
+    if peers.route_for(text) is None:
+        return f"emulate.py peer: {args.source}: not a kind of entry this tool runs (it runs {peers.kinds()})"
+    return None
 
 
 def merge_verdicts(verdicts: list) -> tuple:
@@ -844,6 +888,12 @@ def main(argv=None) -> int:
             return 2
     if args.time or args.timeline or args.timing_only:
         args.mode = "timed"
+    if args.command == "peer":
+        args.spec = [args.spec]
+        refusal = peer_refusal(args)
+        if refusal:
+            print(refusal, file=sys.stderr, flush=True)
+            return BAD_USE
     os.environ.setdefault("CUTE_DSL_DISABLE_FILE_CACHING", "1")
     start = time.perf_counter()
     try:
@@ -860,7 +910,7 @@ def main(argv=None) -> int:
         return EXIT["ERROR"]
     try:
         run = {"nvidia": run_nvidia, "nvidia-grouped": run_nvidia_grouped, "flashinfer": run_flashinfer,
-               "submission": run_submission, "benchmarks": run_benchmarks}[args.command]
+               "submission": run_submission, "benchmarks": run_benchmarks, "peer": run_peer}[args.command]
         (word, max_error, message), stats = run(args, emulator)
     except emulator.HangError as e:
         print(e.report, flush=True)
@@ -869,6 +919,10 @@ def main(argv=None) -> int:
         return verdict("RACE", f"{e} seconds={time.perf_counter() - start:.1f}")
     except emulator.EmulatorError as e:
         return verdict("ERROR", f"{e} seconds={time.perf_counter() - start:.1f}")
+    except RuntimeError as e:  # no nvcc, or nvcc refused a peer's source (groundtruth/cuda_toolkit.py)
+        if e.__class__.__name__ != "ToolkitError":
+            raise
+        return verdict("ERROR", f"setup: {e}")
     except (FileNotFoundError, ImportError) as e:  # NVIDIA's example not found (groundtruth/nvidia.py says where it is looked for), flashinfer-python not installed
         return verdict("ERROR", f"setup: {e}")
     except ValueError as e:  # a configuration text or spec that does not parse, a shape the kernel refuses

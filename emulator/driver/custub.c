@@ -9,6 +9,7 @@
  * parameter bytes (laid out from the cubin's .nv.info EIATTR_KPARAM_INFO), for emulator/driver.py to take
  * (custub_launch_count / custub_launch_get / custub_launch_param / custub_launch_clear), with what the launch
  * checks of emulator/limits.py need (custub_launch_kernel: the kernel's attributes as set, its cubin ELF).
+ * cuTensorMapEncodeTiled writes the hardware's 128-byte map (emulator/tma.py's layout), as a real driver does.
  * CUSTUB_LOG=1 logs every call on stderr.
  */
 #define _GNU_SOURCE
@@ -310,29 +311,62 @@ CUresult cuOccupancyMaxActiveClusters(int *n, void *f, const stub_cfg *c) {
 CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, void *f, int bs, size_t smem) { *n = 1; return OK; }
 CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *n, void *f, int bs, size_t smem, unsigned fl) { *n = 1; return OK; }
 
-/* ---------------- tensor maps: recorded, not encoded ----------------
-   struct stub_tmap fills the 128-byte CUtensorMap: a magic word, then the arguments as given. */
-struct stub_tmap {
-  uint32_t magic;                  /* 'TMAP' */
-  uint8_t dtype, rank, interleave, swizzle, l2promo, oobfill, pad[2];
-  u64 gaddr;
-  uint32_t dims[5];                /* globalDim (elements) */
-  u64 strides[4];                  /* globalStrides (bytes), dims 1..rank-1 */
-  uint8_t box[5], estride[5];      /* boxDim, elementStrides */
+/* ---------------- tensor maps: encoded in the hardware's format ----------------
+   cuTensorMapEncodeTiled writes the 128-byte map a real driver writes (words 0-7 as emulator/tma.py's table
+   lays them out; words 8-15, the driver's bookkeeping, zero) and refuses what tma.encode_tiled refuses, the
+   same rules in the same order (tests/test_peer_cuda.py checks the two agree). A host program that calls the
+   driver (a CUDA C++ host, or a Python twin of one through ctypes) thus hands the kernel maps the
+   emulator's TMA reads. */
+static const struct { int format, tf32, bits, is_float; } tmap_type[16] = {
+  /* CUtensorMapDataType -> hardware element format (tma.ElementFormat), tf32 rounding, element bits */
+  {0, 0, 8, 0}, {1, 0, 16, 0}, {2, 0, 32, 0}, {3, 0, 32, 0}, {4, 0, 64, 0}, {5, 0, 64, 0},
+  {6, 0, 16, 1}, {7, 0, 32, 1}, {9, 0, 64, 1}, {10, 0, 16, 1}, {8, 0, 32, 1}, {7, 1, 32, 1}, {8, 1, 32, 1},
+  {11, 0, 4, 0}, {12, 0, 4, 0}, {13, 0, 6, 0},
 };
-_Static_assert(sizeof(struct stub_tmap) <= 128, "fits a CUtensorMap");
 CUresult cuTensorMapEncodeTiled(void *map, int dtype, unsigned rank, void *gaddr, const u64 *dims, const u64 *strides,
                                 const unsigned *box, const unsigned *estride, int interleave, int swizzle, int l2, int oob) {
-  struct stub_tmap t = {0};
-  t.magic = 0x50414d54; t.dtype = dtype; t.rank = rank; t.interleave = interleave; t.swizzle = swizzle; t.l2promo = l2; t.oobfill = oob;
-  t.gaddr = (u64)gaddr;
-  for (unsigned i = 0; i < rank && i < 5; i++) { t.dims[i] = dims[i]; t.box[i] = box[i]; t.estride[i] = estride[i]; if (i + 1 < rank) t.strides[i] = strides[i]; }
-  memset(map, 0, 128); memcpy(map, &t, sizeof t);
+  u64 a = (u64)gaddr, w[16] = {0};
   LOG("cuTensorMapEncodeTiled(dtype %d, rank %u, %p, swizzle %d)", dtype, rank, gaddr, swizzle);
+  if (dtype < 0 || dtype > 15 || interleave < 0 || interleave > 2 || swizzle < 0 || swizzle > 6 || l2 < 0 || l2 > 3 ||
+      oob < 0 || oob > 1) return ERR_INVALID_VALUE;
+  /* CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B, _ATOM_32B_FLIP_8B, _ATOM_64B: the 128-byte span, atomicity 1, 2, 3 */
+  int atomicity = swizzle > 3 ? swizzle - 3 : 0;
+  if (swizzle > 3) swizzle = 3;
+  if (rank < (interleave ? 3u : 1u) || rank > 5) return ERR_INVALID_VALUE;
+  u64 align = interleave == 2 ? 32 : 16;
+  if (a % align) return ERR_INVALID_VALUE;
+  for (unsigned i = 0; i < rank; i++) if (dims[i] < 1 || dims[i] > (1ULL << 32)) return ERR_INVALID_VALUE;
+  for (unsigned i = 0; i + 1 < rank; i++) if (strides[i] % align || !strides[i] || strides[i] >= (1ULL << 40)) return ERR_INVALID_VALUE;
+  for (unsigned i = 0; i < rank; i++) if (box[i] < 1 || box[i] > 256) return ERR_INVALID_VALUE;
+  for (unsigned i = 0; i < rank; i++) if (estride[i] < 1 || estride[i] > 8) return ERR_INVALID_VALUE;
+  u64 inner_bits = (u64)box[0] * tmap_type[dtype].bits;
+  if (!interleave && inner_bits % 128) return ERR_INVALID_VALUE;
+  if (!interleave && swizzle && inner_bits > (u64)(16 << swizzle) * 8) return ERR_INVALID_VALUE;
+  if (interleave == 2 && swizzle != 1) return ERR_INVALID_VALUE;
+  if (oob == 1 && !tmap_type[dtype].is_float) return ERR_INVALID_VALUE;
+  u64 s[4] = {0};
+  for (unsigned i = 0; i + 1 < rank; i++) s[i] = strides[i] >> 4;
+  w[0] = a;
+  w[1] = (u64)(rank - 1) << 4 | (u64)tmap_type[dtype].format << 7 | (u64)interleave << 11 | (u64)swizzle << 13 |
+         (u64)oob << 15 | (u64)tmap_type[dtype].tf32 << 16 | (u64)l2 << 17 | (u64)atomicity << 19 |
+         (s[0] & 0xffffffffULL) << 32;
+  w[2] = (s[1] & 0xffffffffULL) | (s[2] & 0xffffffffULL) << 32;
+  w[3] = s[3] & 0xffffffffULL;
+  for (int i = 0; i < 4; i++) w[3] |= (s[i] >> 32) << (32 + 4 * i);
+  u64 d[5] = {0};
+  for (unsigned i = 0; i < rank; i++) d[i] = dims[i] - 1;
+  w[4] = d[0] | d[1] << 32; w[5] = d[2] | d[3] << 32; w[6] = d[4] | (u64)(box[0] - 1) << 56;
+  for (unsigned i = 0; i < rank; i++) w[6] |= (u64)(estride[i] - 1) << (32 + 3 * i);
+  for (unsigned i = 1; i < rank; i++) w[7] |= (u64)(box[i] - 1) << (8 * (i - 1));
+  memcpy(map, w, 128);
   return OK;
 }
 CUresult cuTensorMapEncodeIm2col(void *map, ...) { LOG("cuTensorMapEncodeIm2col: unsupported"); return ERR_NOT_SUPPORTED; }
-CUresult cuTensorMapReplaceAddress(void *map, void *gaddr) { struct stub_tmap *t = map; if (t->magic == 0x50414d54) t->gaddr = (u64)gaddr; return OK; }
+/* Word 0 holds the address (bits 4-56; a 16-byte aligned address is stored as is). */
+CUresult cuTensorMapReplaceAddress(void *map, void *gaddr) {
+  if ((u64)gaddr % 16) return ERR_INVALID_VALUE;
+  u64 *w = map; w[0] = (w[0] & ~((1ULL << 57) - 1)) | (u64)gaddr; return OK;
+}
 
 /* ---------------- launches: queued for the emulator ---------------- */
 #define MAX_ATTRS 16

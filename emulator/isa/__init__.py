@@ -1,4 +1,4 @@
 """The instruction table: importing this package registers every handler (warp.INSTRUCTIONS), one module
 per family of the ISA."""
 
-from . import alu, atomics, bulk_copy, memory_ops, sync_ops, tensor_core, tensormap, warpgroup  # noqa: F401
+from . import alu, atomics, bulk_copy, launch_control, memory_ops, sync_ops, tensor_core, tensormap, warpgroup  # noqa: F401

@@ -441,8 +441,10 @@ def _selp(instr, program):
 def _mov(instr, program):
     """mov.type d, a (9.7.9.1): register, immediate, special register, or the address of a variable;
     with a vector on one side (9.7.9.2) it packs or unpacks the bits, lowest element in the low bits."""
-    typ = type_of(instr)
     d, a = instr.operands[:2]
+    if "b128" in instr.modifiers:
+        return _mov_b128(program, d, a)
+    typ = type_of(instr)
     bits = _bits(typ)
     if d.kind == "vec":
         n = len(d.items)
@@ -475,6 +477,35 @@ def _mov(instr, program):
     else:
         ra = program.reader(a, typ)
     return lambda w, mask: write(w, ra(w), mask)
+
+
+def _mov_b128(program, d, a):
+    """mov.b128 d, {lo, hi} / mov.b128 {lo, hi}, a / mov.b128 d, a (9.7.9.1, 9.7.9.2; PTX ISA 8.3+): a 128-bit
+    register is two 64-bit halves here (Program.high_register), the vector's first element the low half."""
+    def halves(operand):
+        if operand.kind == "vec":
+            if len(operand.items) != 2:
+                raise EmulatorError("unimplemented", f"mov.b128 with a {len(operand.items)}-element vector")
+            return [(program.reader(x, "b64"), program.writer(x, "b64")) for x in operand.items]
+        high = program.high_register(operand)
+        low = program.register_index[operand.name]
+
+        def read(index):
+            return lambda w: w.regs[index].copy()
+
+        def write(index):
+            return lambda w, values, mask: np.copyto(w.regs[index], np.asarray(values, np.uint64), where=mask)
+
+        return [(read(low), write(low)), (read(high), write(high))]
+
+    sources, targets = halves(a), halves(d)
+
+    def move(w, mask):
+        values = [read(w) for read, _ in sources]
+        for (_, write), v in zip(targets, values):
+            write(w, v.astype(np.uint64), mask)
+
+    return move
 
 
 @instruction("cvt")

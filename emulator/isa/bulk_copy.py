@@ -64,11 +64,19 @@ def _coords(program, vector):
     return lambda w, lane: tuple(int(r(w)[lane]) for r in readers)
 
 
+def _tiled(mods) -> bool:
+    """The copy is in tile mode: `.tile` named, or no load mode at all. ISA 9.7.9.25.5.1 gives the syntax
+    `cp.async.bulk.tensor.dim.dst.src{.load_mode}.completion_mechanism...` with `.load_mode = { .tile,
+    .tile::gather4, .im2col, .im2col::w, .im2col::w::128 }` optional and `.tile` the default: the DSL names
+    it, nvcc's inline asm (CUTLASS's and hand-written) usually does not."""
+    return not any(m.startswith(("im2col", "tile::")) for m in mods)
+
+
 @instruction("cp.async.bulk.tensor")
 def _bulk_tensor(instr, program):
     mods = instr.modifiers
     destination, source = instr.opcode.split(".")[5:7]  # cp.async.bulk.tensor.Nd.dst.src...
-    if "tile" not in mods:
+    if not _tiled(mods):
         raise EmulatorError("unimplemented", f"{instr.opcode} (only .tile mode)")
     if destination == "global":  # a store
         return _store(instr, program)
@@ -279,7 +287,7 @@ def _prefetch_tensor(instr, program):
     mbarrier, nothing a thread can observe: the map and the box are checked as a load's are (a copy the
     hardware faults on is an error at issue); the timed mode brings the box's bytes into L2
     (clock.Clock.prefetch), so that a later load of it hits."""
-    if "tile" not in instr.modifiers and any(m.startswith("im2col") for m in instr.modifiers):
+    if not _tiled(instr.modifiers):
         raise EmulatorError("unimplemented", f"{instr.opcode} (only .tile mode)")
     if "L2" not in instr.modifiers or "global" not in instr.modifiers:
         raise EmulatorError("unimplemented", instr.opcode)

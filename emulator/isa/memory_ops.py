@@ -190,7 +190,10 @@ POLLING = ("wait", Yield("polling memory: nothing new since its previous pass"))
 def _ld(instr, program):
     """ld{.weak,.relaxed.scope,.acquire.scope,.volatile,.mmio.relaxed.sys}[.ss][.cop][.vec].type d, [a]
     (9.7.9.8). A signed type narrower than 32 bits sign-extends into its register. A strong load
-    (`memory_order`) is reported with its order, and may find its warp polling at a fixed point."""
+    (`memory_order`) is reported with its order, and may find its warp polling at a fixed point. `.b128`
+    (PTX ISA 8.3+) loads 16 bytes into a 128-bit register (two 64-bit halves, warp.Program.high_register)."""
+    if "b128" in instr.modifiers:
+        return _ld_b128(instr, program)
     typ = type_of(instr)
     space = space_of(instr)
     count = _vector_count(instr)
@@ -211,6 +214,23 @@ def _ld(instr, program):
         for k, wr in enumerate(writers):
             wr(w, values[:, k], mask)
         return waits
+
+    return handler
+
+
+def _ld_b128(instr, program):
+    space = space_of(instr)
+    dst, src = instr.operands[:2]
+    if dst.kind != "reg" or _vector_count(instr) != 1 or memory_order(instr, 16) is not None:
+        raise EmulatorError("unimplemented", f"{instr.opcode} (a weak .b128 load into one register)")
+    low, high = program.register_index[dst.name], program.high_register(dst)
+    addr = address_reader(program, src)
+
+    def handler(w, mask):
+        raw = _lanes_access(w, mask, space, addr(w), 16, "load")
+        halves = np.ascontiguousarray(raw).view(np.uint64).reshape(LANES, 2)
+        np.copyto(w.regs[low], halves[:, 0], where=mask)
+        np.copyto(w.regs[high], halves[:, 1], where=mask)
 
     return handler
 

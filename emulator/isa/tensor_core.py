@@ -277,6 +277,19 @@ def _cp(instr, program):
     return handler
 
 
+def _block_scale_alias(kind: str, alias: str) -> str:
+    """The `.scale_vec::NX` a `.block16` / `.block32` qualifier stands for (ISA 9.7.16.10, tcgen05.mma's
+    `.scale_vectorsize`: the aliases name the number of elements along K that share one scale factor; an
+    instruction's K is 64 for the FP4 kinds, 32 for mxf8f6f4): `.block16` is `.scale_vec::4X` (mxf4nvf4
+    only); `.block32` is `.scale_vec::2X` for mxf4 and mxf4nvf4, `.scale_vec::1X` for mxf8f6f4. nvcc-compiled
+    inline asm writes them (gau-nernst's `kind::mxf4nvf4.block_scale.block16`); the DSL writes scale_vec."""
+    k = 32 if kind == "mxf8f6f4" else 64
+    per = 16 if alias == "block16" else 32
+    if k % per or (alias == "block16" and kind != "mxf4nvf4"):
+        raise EmulatorError("unimplemented", f"tcgen05.mma kind::{kind} with .{alias}")
+    return f"{k // per}X"
+
+
 @instruction("tcgen05.mma")
 def _mma(instr, program):
     """tcgen05.mma.cta_group.kind[.block_scale.scale_vec] [d], a-desc|[a-tmem], b-desc, idesc,
@@ -286,6 +299,8 @@ def _mma(instr, program):
     if "block_scale" not in mods:
         raise EmulatorError("unimplemented", f"{instr.opcode} (only block-scaled kinds are modelled)")
     scale_vec = next((m.split("::")[1] for m in mods if m.startswith("scale_vec::")), None)
+    if "block16" in mods or "block32" in mods:
+        scale_vec = _block_scale_alias(kind, "block16" if "block16" in mods else "block32")
     cta_group = _cta_group(instr)
     ops = instr.operands
     if ops[1].kind == "addr":

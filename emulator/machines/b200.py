@@ -101,4 +101,11 @@ B200 = Machine("B200", "sm_100a", {
                        "928 ns median without PDL (Table 2); not found for B200"),
     "launch_gap_pdl_us": C(0.48, "us", "E", "H200: 480 ns with PDL (Table 2)"),
     "cta_dispatch_us": C(0.00054, "us/CTA", "M", "~0.54 ns per CTA GPU-wide [PB] (7)"),
+    # cluster launch control (isa/launch_control.py)
+    "clc_response_latency": C(295, "cycles", "E", "clusterlaunchcontrol.try_cancel issue -> response written and "
+                              "complete-tx: no public figure (PTX ISA; CUDA Programming Guide 4.12 'Work Stealing with "
+                              "Cluster Launch Control'; Triton's CLC tutorial says only that the latency is worth "
+                              "hiding; searched 2026-11-28). libcu++'s cuda::for_each_canceled_block: it 'may reduce "
+                              "work-stealing latency compared to global memory atomics', so at most an atomic's "
+                              "round trip: taken as an L2 hit's (latency_global_load, [MD])"),
 })

@@ -501,7 +501,7 @@ def test_tma_stores_of_one_sm_pass_its_store_unit_one_box_after_another():
     assert 0.3 * unit_cycles < later <= unit_cycles, (later, unit_cycles)
 
 
-def test_the_timeline_says_where_each_workers_time_goes(tmp_path):
+def test_the_timeline_says_where_each_workers_time_goes(tmp_path, nvidia_example):
     """--timeline draws the picture and prints the phases of every CTA that ran MMAs: start-up, first load,
     mainloop, tail. They follow one another, so on a grid whose CTAs run alike (one tile each, all at once)
     their medians add up to the kernel's span, and each is a real part of it."""
@@ -523,7 +523,7 @@ def test_the_timeline_says_where_each_workers_time_goes(tmp_path):
     assert sum(medians.values()) == pytest.approx(timing["kernel_us"], abs=0.02)
 
 
-def test_the_timeline_draws_the_call_and_the_ctas_asked_for(tmp_path):
+def test_the_timeline_draws_the_call_and_the_ctas_asked_for(tmp_path, nvidia_example):
     """--timeline-call 2 draws the stream's second call and --timeline-ctas the CTAs named. NVIDIA's example
     launches without PDL, so call 2's first CTA starts the launch gap after call 1 completed and the drawn
     launch ends when call 2 does; its CTAs run alike, so the phases' medians add up to that launch's span. A call past
@@ -559,7 +559,7 @@ def test_the_timeline_draws_the_call_and_the_ctas_asked_for(tmp_path):
     assert refused.stderr.strip().splitlines()[-1].endswith("--timeline-call 3: the stream has 2 call(s) (--calls)")
 
 
-def test_the_trace_lists_every_instruction_and_leaves_the_clock_as_it_was(tmp_path):
+def test_the_trace_lists_every_instruction_and_leaves_the_clock_as_it_was(tmp_path, nvidia_example):
     """--timeline-trace lists every instruction the drawn CTAs' warps issue: on a one-CTA grid as many as the
     run executed, each warp's in time order, each MMA from the MMA warp. The clock steps a traced warp one
     instruction at a time; that moves no time: the simulated figure is the one without the trace."""

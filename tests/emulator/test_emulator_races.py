@@ -21,6 +21,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from conftest import require_nvidia_example
 from emulator import RaceError
 from emulator.launch import execute
 from emulator.memory import GlobalMemory
@@ -229,6 +230,8 @@ def test_our_kernel_with_workers_of_one_or_two_tiles_has_no_race():
 @pytest.mark.skipif(sys.version_info < (3, 10), reason="the DSL needs Python 3.10+")
 @pytest.mark.parametrize("defect, kernel, mode", list(_params()))
 def test_planted_defect_is_a_race(defect, kernel, mode):
+    if kernel != "ours":
+        require_nvidia_example()
     args = OURS if kernel == "ours" else NVIDIA[kernel]
     rc, verdict, out = emulate(args, mode, defect)
     report = verdict if kernel != "ours" else next(line for line in out.splitlines() if line.startswith("case "))

@@ -292,7 +292,7 @@ def test_a_single_launch_is_a_stream_of_one():
     assert result.timing["stream_us"] is None and result.timing["calls"] == 1
 
 
-def test_nvidias_kernel_as_three_calls_is_its_single_call_time_three_times():
+def test_nvidias_kernel_as_three_calls_is_its_single_call_time_three_times(nvidia_example):
     """NVIDIA's kernel (no PDL) as a stream of 3 calls on 3 inputs: each call starts a launch gap after the one
     before completed, so every gap between completions is the single-call formula's time (launch gap + span),
     and every call's output is checked."""
