@@ -32,10 +32,38 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-import torch
 
-from reference import check_implementation, generate_input
-from utils import clear_l2_cache, clear_l2_cache_large, set_seed
+
+class _ImportedOnFirstUse:
+    """A module imported when one of its names is first used. torch (and the board's reference.py and utils.py,
+    which import it) take seconds to import: a command line that is refused is refused before (issue 48, item 6).
+    Once imported, the module itself replaces this stand-in among eval.py's names."""
+
+    def __init__(self, name: str, namespace: Optional[dict] = None):
+        self._name = name
+        self._namespace = globals() if namespace is None else namespace  # where the module takes its place
+
+    def __getattr__(self, attribute: str):
+        import importlib
+
+        module = importlib.import_module(self._name)
+        if self._namespace.get(self._name) is self:
+            self._namespace[self._name] = module
+        return getattr(module, attribute)
+
+
+torch = _ImportedOnFirstUse("torch")
+reference = _ImportedOnFirstUse("reference")  # the board's: check_implementation, generate_input
+utils = _ImportedOnFirstUse("utils")  # the board's: clear_l2_cache, clear_l2_cache_large, set_seed
+_BOARD_NAMES = {"check_implementation": "reference", "generate_input": "reference", "clear_l2_cache": "utils",
+                "clear_l2_cache_large": "utils", "set_seed": "utils"}
+
+
+def __getattr__(name: str):
+    """eval.generate_input, eval.set_seed, ...: the board's functions, as `from reference import ...` made them."""
+    if name in _BOARD_NAMES:
+        return getattr(globals()[_BOARD_NAMES[name]], name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 # Every default path is relative to this file, so eval.py behaves the same from any directory.
 ROOT = Path(__file__).resolve().parent
@@ -55,7 +83,7 @@ SLOW_REPEAT_FACTOR = 2.0  # a timed repeat above this multiple of the median is 
 _SPEC_PART = re.compile(r"\s*([a-zA-Z_]+)\s*:\s*(\[[^\]]*\]|\([^)]*\)|[a-zA-Z_]+|[+-]?[0-9]+)\s*")
 _GROUP_SIZE_KEYS = ("m", "n", "k")  # one value per group
 _INTEGER_KEYS = ("g", "seed")
-SPEC_KEYS = "m, n, k, g, seed"  # reference.generate_input's arguments, all required
+SPEC_KEYS = "m, n, k, g, seed"  # generate_input's arguments, all required
 K_MULTIPLE = 16  # one e4m3 scale per 16 FP4 values along K: generate_input's scales need whole blocks
 
 
@@ -216,11 +244,12 @@ def _synchronize() -> None:
 _EMULATED_KERNEL: Optional[Callable] = None  # set in a worker whose submission runs in the emulator
 
 
-def _custom_kernel() -> Callable:
+def _custom_kernel(workers: Optional[int] = None) -> Callable:
     """custom_kernel of the module `submission` (the board's submission.py, or --submission); in an
-    emulating worker, the same call with the sm_100a emulator as the B200."""
+    emulating worker, the same call with the sm_100a emulator as the B200, at `workers` SM pairs (None:
+    a B200's)."""
     if _EMULATED_KERNEL is not None:
-        return _EMULATED_KERNEL
+        return lambda data: _EMULATED_KERNEL(data, workers)
     try:
         from submission import custom_kernel
     except BaseException as error:  # a SystemExit at import would otherwise end the worker
@@ -268,12 +297,13 @@ def result_problem(data, output) -> str:
 def check_output(data, output) -> tuple[bool, str]:
     """The output's form (result_problem), then its values (reference.check_implementation)."""
     problem = result_problem(data, output)
-    return (False, problem) if problem else check_implementation(data, output)
+    return (False, problem) if problem else reference.check_implementation(data, output)
 
 
-def _run_single_test(test: TestCase) -> tuple[bool, str]:
-    custom_kernel = _custom_kernel()
-    data = generate_input(**test.args)
+def _run_single_test(test: TestCase, workers: Optional[int] = None) -> tuple[bool, str]:
+    """One test's verdict, (passed, message); `workers`: an emulating worker's SM pairs for it."""
+    custom_kernel = _custom_kernel(workers)
+    data = reference.generate_input(**test.args)
     _synchronize()
     with _errors_are_the_kernels():
         output = custom_kernel(_clone_data(data))
@@ -295,7 +325,7 @@ def _run_single_benchmark(
     for _ in range(NUM_ITERATIONS_PER_BENCHMARK):
         if "seed" in args:
             args["seed"] += 42
-        data_list.append(generate_input(**args))
+        data_list.append(reference.generate_input(**args))
     check_copy = _clone_data(data_list)
 
     with _errors_are_the_kernels():
@@ -387,12 +417,14 @@ def describe_exit(exitcode: Optional[int]) -> str:
     return f"worker died (exit code {exitcode})"
 
 
-def _worker_main(connection, submission: Optional[str], emulate: bool = False) -> None:
+def _worker_main(connection, submission: Optional[str], emulate: bool = False, races: bool = True) -> None:
     """The worker's loop: import `submission` as the module `submission` if given (the local face
-    and the reference stand-in; the board face imports it lazily, as the board does), then run
-    (function, args, wants_progress) requests until None. Sends ('progress', *values) while a
-    benchmark runs and ('result', value) at the end of each request. `emulate`: the stub driver
-    first, then each call runs the submission's B200 kernel in the emulator (_emulate_submission)."""
+    and the reference stand-in; the board face imports it lazily, as the board does), check its
+    SM100_CONFIG line (a malformed one ends the start in one line), then run (function, args,
+    wants_progress) requests until None. Sends ('progress', *values) while a benchmark runs and
+    ('result', value) at the end of each request. `emulate`: the stub driver first, then each call
+    runs the submission's B200 kernel in the emulator (_emulate_submission), with race detection
+    if `races`."""
     if submission is not None:
         try:
             if emulate:
@@ -400,8 +432,11 @@ def _worker_main(connection, submission: Optional[str], emulate: bool = False) -
 
                 driver.install()
             load_submission(submission)
+            problem = config_problem(sys.modules["submission"], Path(submission))
+            if problem:
+                raise UsageError(problem)
             if emulate:
-                _emulate_submission()
+                _emulate_submission(races)
         except UsageError as error:
             connection.send(("result", Raised(str(error), error.details)))
             return
@@ -415,9 +450,10 @@ def _worker_main(connection, submission: Optional[str], emulate: bool = False) -
         connection.send(("result", _call_catching(function, *args, **kwargs)))
 
 
-def _emulate_submission() -> None:
+def _emulate_submission(races: bool = True) -> None:
     """In the worker: the submission's calls run its B200 kernel in the emulator, through
-    tools/emulate.py's emulated call (the real host path, a B200's worker count, exact data)."""
+    tools/emulate.py's emulated call (the real host path, exact data), at a B200's worker count or
+    at the few SM pairs a wrap case names, with race detection if `races`."""
     global _EMULATED_KERNEL
     import emulator
 
@@ -428,8 +464,13 @@ def _emulate_submission() -> None:
     module = sys.modules["submission"]
     module.DEVICE = emulate.EmulatedB200(None)
 
-    def emulated_kernel(data):
-        emu = emulator.Emulator(warp_roles=emulate.submission_roles(module))
+    def emulated_kernel(data, workers: Optional[int] = None):
+        if module.DEVICE.workers != workers:
+            # a plan holds its schedule over the workers it was built for: a new count builds new plans (the
+            # compiled kernels stay cached: compile_sm100's key is the group count and the configuration)
+            module.DEVICE = emulate.EmulatedB200(workers)
+            module._plans.clear()
+        emu = emulator.Emulator(warp_roles=emulate.submission_roles(module), races=races)
         try:
             outputs, _ = emulate.emulated_call(module, data, [], emu)
         except emulator.HangError as hang:  # its per-warp report is many lines: tools/emulate.py prints it
@@ -440,15 +481,40 @@ def _emulate_submission() -> None:
     _EMULATED_KERNEL = emulated_kernel
 
 
+def runs_as(module, sizes, hopper: bool = False) -> str:
+    """The configuration the plan of `sizes` (one (M, N, K) per group) under the module's SM100_CONFIG was built
+    with: the B200 kernel's per-shape choice (sm100_shape_config), CompiledLaunch.config described; on Hopper its
+    pdl and job policy; '' where no plan says (a submission without plans, the cuBLAS rung, no call yet)."""
+    signature = tuple((m, n, k, 1) for m, n, k in sizes)
+    for key, plan in list(getattr(module, "_plans", {}).items()):
+        config = getattr(getattr(plan, "launch", None), "config", None)
+        if key[0] != signature or config is None or key[-1] != getattr(module, "SM100_CONFIG", key[-1]):
+            continue
+        if hopper:
+            import sm90_kernel
+
+            return f"pdl={'on' if config.pdl else 'off'},jobs={sm90_kernel.SCHEDULE.jobs}"
+        return config.describe() if hasattr(config, "describe") else str(config)
+    return ""
+
+
+def _runs_as(test: TestCase) -> str:
+    """In the worker, after the test's call: runs_as for its sizes ('' where the submission does not say)."""
+    module = sys.modules.get("submission")
+    hopper = (_EMULATED_KERNEL is None and torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9)
+    return runs_as(module, zip(*(test.args[name] for name in "mnk")), hopper) if module else ""
+
+
 class Worker:
     """A spawned process that runs the submission's code, started on first use and again after it
     died. apply() returns what the function returned, Raised if it raised, or Raised('worker died
     (signal 11)') if the process ended first. `emulate`: the submission's B200 kernel runs in the
     emulator there (its driver is the stub, preloaded where this process holds a real one)."""
 
-    def __init__(self, submission: Optional[str] = None, emulate: bool = False):
+    def __init__(self, submission: Optional[str] = None, emulate: bool = False, races: bool = True):
         self.submission = submission
         self.emulate = emulate
+        self.races = races
         self.context = multiprocessing.get_context("spawn")
         self.process = None
         self.connection = None
@@ -456,8 +522,8 @@ class Worker:
     def start(self) -> Any:
         """Start the process; None once it is ready, Raised if the submission cannot be imported."""
         self.connection, child = self.context.Pipe()
-        self.process = self.context.Process(target=_worker_main, args=(child, self.submission, self.emulate),
-                                            daemon=True)
+        self.process = self.context.Process(target=_worker_main,
+                                            args=(child, self.submission, self.emulate, self.races), daemon=True)
         with _stub_environment(self.emulate):
             self.process.start()
         child.close()  # only the worker holds this end: its death closes the pipe
@@ -610,7 +676,7 @@ def _log_stats(logger: PopcornOutput, idx: int, stats: Stats) -> None:
 
 def _benchmark_in_worker(worker: Worker, test, recheck, max_repeats, max_time_ns) -> Any:
     """Stats, or a one-line message saying why the benchmark failed."""
-    result = worker.apply(_run_single_benchmark, test, recheck, max_repeats, max_time_ns, clear_l2_cache_large)
+    result = worker.apply(_run_single_benchmark, test, recheck, max_repeats, max_time_ns, utils.clear_l2_cache_large)
     if isinstance(result, Raised):
         return result.summary
     return calculate_stats(result) if isinstance(result, list) else result
@@ -656,7 +722,7 @@ def _profile_one(test: TestCase, under_ncu: bool) -> str:
     """Run custom_kernel once inside an NVTX range; without ncu, return torch.profiler's table."""
     custom_kernel = _custom_kernel()
     with torch.cuda.nvtx.range("generate input"):
-        data = _clone_data(generate_input(**test.args))
+        data = _clone_data(reference.generate_input(**test.args))
         torch.cuda.synchronize()
     if under_ncu:  # ncu, running this process, collects the report itself
         with torch.cuda.nvtx.range("custom_kernel"), _errors_are_the_kernels():
@@ -713,7 +779,7 @@ def popcorn_main(fd_text: str) -> int:
     seed = os.getenv("POPCORN_SEED")
     os.unsetenv("POPCORN_SEED")  # keep the secret seed from the submission's process
     seed = int(seed) if seed else None
-    set_seed(seed or 42)
+    utils.set_seed(seed or 42)
     tests = get_test_cases(sys.argv[2], seed)
     if mode not in POPCORN_MODES:
         print(f"eval.py: unknown mode '{mode}' (expected one of: {', '.join(POPCORN_MODES)})",
@@ -747,6 +813,10 @@ def popcorn_main(fd_text: str) -> int:
 
 _SOL_ROW = re.compile(r"^\s*(\d+)\s+(\[[\d,\s]*\])\s+(\[[\d,\s]*\])\s+(\[[\d,\s]*\])\s+\d+\s+([\d.]+)\s*$")
 
+# The opt-out, in one line (tools/emulate.py and tools/check.py --emulate say the same).
+NO_RACES = ("--no-races skips it: faster, but a pass then vouches only for the interleaving that ran, not for every "
+            "order a B200 may pick")
+
 HELP_EPILOG = """\
 SPEC_FILE, if given, replaces task.yml's tests or benchmarks: one per line, in the board's syntax.
 The submission runs in a worker process; if that process dies (sys.exit, a segfault), the row
@@ -754,12 +824,17 @@ says so ("worker died (signal 11)") and the next case runs in a fresh worker.
 
 Without a GPU, `test` runs on the CPU (inputs generated there, reference by exact
 dequantization). A submission with an sm_100a kernel (it defines compile_sm100: it needs a B200)
-then runs that kernel in the sm_100a emulator (tools/emulate.py's call, a B200's worker count;
-the first line says so). --reference tests the harness alone with tests/ref_submission.py (the
-board's face runs the reference in place of such a submission, but reports each test as failed).
-A full `test` run without a GPU (no --only) also runs the sm_100a inspection, `python tools/inspect_sm100.py --submission FILE`, on the file under test, or on
-submission.py without --submission; a file without `compile_sm100` (no sm_100a kernel) is not
-inspected. --inspect / --no-inspect force it on or off.
+then runs that kernel in the sm_100a emulator (tools/emulate.py's call; the first line says so),
+with happens-before race detection (--no-races skips it), at a B200's worker count, and in a full
+run also on three wrap cases after task.yml's tests, at a few SM pairs, where every pipeline wraps
+(each worker runs several tiles: every accumulator and stage is reused). Each row names the
+configuration its shape runs as (sm100_shape_config's choice). --reference tests the harness alone
+with tests/ref_submission.py, without the sm_100a inspection (the board's face runs the reference in
+place of such a submission, but reports each test as failed).
+A full `test` run of the submission without a GPU (no --only, SPEC_FILE or --reference) also runs
+the sm_100a inspection, `python tools/inspect_sm100.py --submission FILE`, on the file under test;
+a file without `compile_sm100` (no sm_100a kernel) is not inspected. --inspect / --no-inspect force
+it on or off.
 
 `benchmark` (CUDA only) times like the board: 15 inputs, L2 flushed before each timed repeat,
 CUDA events around 15 back-to-back calls. It prints the mean (the board ranks by it) and the
@@ -769,7 +844,8 @@ median, and flags every repeat slower than 2x the median.
 group through torch._scaled_mm) and prints the ratio of the means.
 
 Exit codes: 0 all passed; 1 a test, benchmark or the inspection failed; 2 bad use (one line on
-stderr); 3 `benchmark` skipped: no CUDA GPU, or `--baseline cublas` without a B200.
+stderr, before anything runs: an unknown option, a missing or malformed file, a malformed
+SM100_CONFIG line); 3 `benchmark` skipped: no CUDA GPU, or `--baseline cublas` without a B200.
 
 The board's face: with POPCORN_FD set in the environment,
   POPCORN_FD=N python eval.py MODE SPEC_FILE
@@ -799,6 +875,7 @@ class Case:
     number: int  # 1-based, as printed
     test: TestCase
     sol_us: Optional[float] = None
+    workers: Optional[int] = None  # SM pairs of an emulated wrap case (WRAP_CASES); None: the device's own
 
 
 def load_task(path: Path) -> tuple[list[dict], list[dict], dict]:
@@ -837,14 +914,40 @@ def _task_tests(entries: list[dict]) -> list[TestCase]:
     return [TestCase(args=parse_spec_line(_spec_line(entry)), spec=_spec_line(entry)) for entry in entries]
 
 
-def _select_cases(tests: list, only: Optional[int], sol_us: dict) -> list[Case]:
+def _select_cases(tests: list, only: Optional[int], sol_us: dict, extra: tuple = ()) -> list[Case]:
     """Cases numbered from 1, `--only` applied, each with task.yml's speed of light for its sizes if
-    it lists them. `tests`: TestCases, or task.yml entries (dicts)."""
+    it lists them. `tests`: TestCases, or task.yml entries (dicts); `extra`: Cases numbered after them
+    (the wrap cases)."""
     tests = [test if isinstance(test, TestCase) else _task_tests([test])[0] for test in tests]
-    if only is not None and not 1 <= only <= len(tests):
-        raise UsageError(f"--only {only}: there are {len(tests)} (numbered 1 to {len(tests)})")
-    return [Case(number, test, sol_us.get(tuple(tuple(test.args[name]) for name in "mnk")))
-            for number, test in enumerate(tests, start=1) if only in (None, number)]
+    count = len(tests) + len(extra)
+    if only is not None and not 1 <= only <= count:
+        raise UsageError(f"--only {only}: there are {count} (numbered 1 to {count})")
+    cases = [Case(number, test, sol_us.get(tuple(tuple(test.args[name]) for name in "mnk")))
+             for number, test in enumerate(tests, start=1)] + list(extra)
+    return [case for case in cases if only in (None, case.number)]
+
+
+# The first check's wrap cases (issue 48, item 3). At a B200's 74 SM pairs, task.yml's tests give a worker one
+# tile at most: no accumulator is used twice, no stage refilled within a tile, and a kernel that releases an
+# accumulator before it has read it passes there (even with race detection: nothing reuses it). These run the
+# same kernel on the smallest shapes, at a few SM pairs, where every pipeline wraps, each worker's last tile
+# going out through the TMA store (tests/kernel/test_schedule.py checks what each schedule does):
+# (spec, SM pairs, what wraps).
+WRAP_CASES = (
+    ("m: [40]; n: [1024]; k: [2304]; g: 1; seed: 4811", 1,
+     "the 64/128 kernel: the pair runs 4 tiles, 9 k-tiles each through 8 stages, each accumulator twice"),
+    ("m: [176]; n: [1024]; k: [1792]; g: 1; seed: 4812", 1,
+     "the 192-token kernel: the pair runs 4 tiles of 192 tokens, 7 k-tiles each through 6 stages, each "
+     "accumulator twice"),
+    ("m: [129, 300]; n: [256, 256]; k: [2304, 256]; g: 2; seed: 4813", 6,
+     "clusters of two pairs: 9 k-tiles through 8 stages, a cluster running 3 tiles (an accumulator twice)"),
+)
+
+
+def wrap_cases(first_number: int) -> tuple:
+    """WRAP_CASES as Cases numbered from `first_number`."""
+    return tuple(Case(first_number + i, TestCase(args=parse_spec_line(spec), spec=spec), workers=workers)
+                 for i, (spec, workers, _) in enumerate(WRAP_CASES))
 
 
 def load_submission(file_name: str) -> None:
@@ -922,6 +1025,35 @@ def config_line(path: Path) -> Optional[tuple[int, str, Any]]:
     return number, text, value
 
 
+def config_problem(module, path: Path, text: Optional[str] = None) -> str:
+    """'' if `text` (a --config) and the file's SM100_CONFIG line name configurations of the submission `module`,
+    else one line: which (`--config TEXT`, or `line N of FILE (`SM100_CONFIG = ...`)`), what is wrong, and the
+    configuration's fields. Every tool says a bad configuration with it (exit 2: eval.py, tools/check.py,
+    tools/emulate.py, tools/inspect_sm100.py). A module without Sm100Config has only its line's form checked."""
+    try:
+        line = config_line(path)
+    except ValueError as error:
+        return str(error)
+    config_class = getattr(module, "Sm100Config", None)
+    if config_class is None:
+        return ""
+    checks = [(f"--config {text}", text)] if text is not None else []
+    if line is not None:
+        checks.append((f"line {line[0]} of {Path(path).name} (`{line[1]}`)", line[2]))
+    fields = [field.name for field in dataclasses.fields(config_class)]
+    for where, value in checks:
+        if value.strip() == getattr(module, "CUBLAS", None):
+            continue  # the cuBLAS rung: no kernel configuration to parse
+        try:
+            config_class.parse(value)
+        except ValueError as error:
+            said = str(error)
+            if not all(name in said for name in fields):
+                said += f" (fields: {', '.join(fields)})"
+            return f"{where}: {said}"
+    return ""
+
+
 def write_config_line(path: Path, number: int, value: str) -> str:
     """Replace line `number` of the file with `SM100_CONFIG = "value"`; returns the new line."""
     lines = Path(path).read_text().splitlines(keepends=True)
@@ -948,7 +1080,9 @@ def defines_sm100_kernel(path: Path) -> bool:
 
 
 def run_inspection(submission: Path) -> bool:
-    """Run the sm_100a inspection (no GPU needed) on `submission`; True if it passed or was skipped."""
+    """Run the sm_100a inspection (no GPU needed) on `submission`; True if it passed or was skipped. After the
+    tests, not beside them: on this project's 2 shared cores the first command took 134 s with the two side by
+    side (load 3.2) and 74 s one after the other (load 1.9): its compiles are multithreaded."""
     if not INSPECTION_TOOL.is_file():
         print(f"inspection: {_shown(INSPECTION_TOOL)} not found, skipped")
         return True
@@ -966,9 +1100,10 @@ def run_inspection(submission: Path) -> bool:
     return done.returncode == 0
 
 
-def _start_worker(submission: Path, emulate: bool = False) -> Worker:
-    """A worker that has imported `submission`; UsageError if it cannot (one line, as at import)."""
-    worker = Worker(str(submission), emulate)
+def _start_worker(submission: Path, emulate: bool = False, races: bool = True) -> Worker:
+    """A worker that has imported `submission` and found its SM100_CONFIG line good; UsageError if not (one
+    line, as at import)."""
+    worker = Worker(str(submission), emulate, races)
     started = worker.start()
     if isinstance(started, Raised):
         worker.close()
@@ -982,17 +1117,29 @@ def _start_worker(submission: Path, emulate: bool = False) -> Worker:
 EMULATED_DEVICE = "a B200 emulated on this CPU (the sm_100a emulator, a B200's 148 SMs)"
 
 
+def _pairs(workers: int) -> str:
+    return f"{workers} SM pair{'s' if workers != 1 else ''}"
+
+
 def local_test(cases: list[Case], worker: Worker, submission: Path, inspected: Optional[Path], verbose: bool,
                inspection_note: str = "") -> int:
+    """One row per case, with the configuration its shape ran as (runs_as) where the submission's plan says; then
+    the inspection of `inspected`, if given."""
     print(f"Tests of {_shown(submission)} on {EMULATED_DEVICE if worker.emulate else _device_name()}")
     print(f"{'#':>3}  result     time   G  M  N  K")
     failed = 0
     for case in cases:
+        if case.workers is not None and case is next(c for c in cases if c.workers is not None):
+            print("at a few SM pairs, where every pipeline wraps (a B200's count gives each worker one tile here):")
         start = time.perf_counter()
-        result = worker.apply(_run_single_test, case.test)
+        result = worker.apply(_run_single_test, case.test, case.workers)
         seconds = time.perf_counter() - start
         good, message = (False, result.summary) if isinstance(result, Raised) else result
-        print(f"{case.number:>3}  {'pass' if good else 'FAIL':<6} {seconds:6.2f} s  {_sizes(case.test)}")
+        ran = worker.apply(_runs_as, case.test) if worker.process is not None else ""
+        ran = ran if isinstance(ran, str) else ""
+        notes = ([_pairs(case.workers)] if case.workers is not None else []) + ([f"runs as {ran}"] if ran else [])
+        print(f"{case.number:>3}  {'pass' if good else 'FAIL':<6} {seconds:6.2f} s  {_sizes(case.test)}"
+              + (f"  ({'; '.join(notes)})" if notes else ""))
         if message:
             _print_message(message)
         if verbose and isinstance(result, Raised) and result.traceback:
@@ -1069,7 +1216,7 @@ def local_benchmark(cases: list[Case], worker: Worker, submission: Path, plot_pa
               "and the ratio of the means")
     progress.show("warm-up (benchmark 1)")
     # A failure here shows again, and is reported, in the timed run below.
-    worker.apply(_run_single_benchmark, cases[0].test, False, 100, 10e7, clear_l2_cache)
+    worker.apply(_run_single_benchmark, cases[0].test, False, 100, 10e7, utils.clear_l2_cache)
     progress.clear()
     print(_benchmark_row("#", BENCHMARK_COLUMNS, " G  M  N  K"))
     summaries, baseline_means, failed = {}, {}, 0
@@ -1083,7 +1230,7 @@ def local_benchmark(cases: list[Case], worker: Worker, submission: Path, plot_pa
                 progress.show(f"benchmark {number}{' ' + label if label else ''}: {repeats} timed repeats, "
                               f"{seconds:.0f} s (at most 100 repeats or 2 min)")
 
-            arguments = (case.test, False, 100, 10e9, clear_l2_cache)
+            arguments = (case.test, False, 100, 10e9, utils.clear_l2_cache)
             result = (worker.apply(_with_config, *config, _run_single_benchmark, *arguments, on_progress=report)
                       if config else worker.apply(_run_single_benchmark, *arguments, on_progress=report))
             progress.clear()
@@ -1159,10 +1306,15 @@ def make_parser() -> argparse.ArgumentParser:
                              "sm_100a emulator")
     parser.add_argument("--reference", action="store_true",
                         help="test the harness alone, with tests/ref_submission.py (the reference) as the "
-                             "submission: seconds, where the emulated kernel takes minutes")
-    parser.add_argument("--only", type=int, metavar="N", help="run only test or benchmark number N (from 1)")
+                             "submission, and no sm_100a inspection: seconds, where the emulated kernel takes minutes")
+    parser.add_argument("--only", type=int, metavar="N",
+                        help="run only test or benchmark number N (from 1; without a GPU, tests 11 to 13 are the "
+                             "emulator's wrap cases)")
     parser.add_argument("--inspect", action=argparse.BooleanOptionalAction, default=None,
-                        help="`test`: run the sm_100a inspection (default: only in a full run without a GPU)")
+                        help="`test`: run the sm_100a inspection (default: only in a full run of the submission "
+                             "without a GPU)")
+    parser.add_argument("--races", action=argparse.BooleanOptionalAction, default=None,
+                        help="`test` in the emulator: happens-before race detection, on by default; " + NO_RACES)
     parser.add_argument("--verbose", "-v", action="store_true",
                         help="show the full traceback when the submission fails to import or raises")
     parser.add_argument("--plot", metavar="FILE.png", type=Path,
@@ -1201,18 +1353,24 @@ def local_main(argv: list[str]) -> int:
                 raise UsageError(str(error)) from None
         else:
             listed = _task_tests(tests if options.mode == "test" else benchmarks)
-        cases = _select_cases(listed, options.only, sol_us)
+        if options.reference and options.submission:
+            raise UsageError("--reference tests tests/ref_submission.py: leave out --submission")
+        submission = options.submission or DEFAULT_SUBMISSION
+        # the wrap cases follow task.yml's tests where the B200 kernel can be emulated (without a GPU: known below)
+        wraps = wrap_cases(len(listed) + 1) if (
+            options.mode == "test" and options.spec_file is None and not options.reference
+            and EMULATE_TOOL.is_file() and defines_sm100_kernel(submission)) else ()
+        cases = _select_cases(listed, options.only, sol_us, wraps)
         if options.mode == "test" and (options.plot or options.baseline):
             raise UsageError(f"{'--plot' if options.plot else '--baseline'} applies to benchmark")
         if options.mode == "benchmark" and options.inspect is not None:
             raise UsageError("--inspect/--no-inspect apply to test")
+        if options.mode == "benchmark" and options.races is not None:
+            raise UsageError("--races/--no-races apply to test (the emulator's)")
         if options.plot and not options.plot.parent.is_dir():
             raise UsageError(f"--plot: no folder {options.plot.parent} to write {options.plot.name} into")
         if options.plot:
             _plot_module()  # before any benchmark runs: a missing matplotlib is said at once
-        if options.reference and options.submission:
-            raise UsageError("--reference tests tests/ref_submission.py: leave out --submission")
-        submission = options.submission or DEFAULT_SUBMISSION
         if not submission.is_file():
             raise UsageError(f"submission file not found: {options.submission}")
         if options.baseline and (problem := baseline_problem(options.baseline, submission)):
@@ -1223,35 +1381,52 @@ def local_main(argv: list[str]) -> int:
                   "run it on a GPU machine", file=sys.stderr)
             return 3
         inspect = options.mode == "test" and (options.inspect if options.inspect is not None else (
-            options.only is None and options.spec_file is None and not torch.cuda.is_available()))
+            options.only is None and options.spec_file is None and not options.reference
+            and not torch.cuda.is_available()))
         emulate = (options.mode == "test" and not options.reference and not torch.cuda.is_available()
                    and defines_sm100_kernel(submission))
+        races = options.races is not False
+        first_line = ""
+        if not emulate and wraps:
+            cases = [case for case in cases if case.workers is None]
+            if not cases:
+                raise UsageError(f"--only {options.only}: a wrap case, run where the B200 kernel is emulated "
+                                 f"(no CUDA GPU); here there are {len(listed)} (numbered 1 to {len(listed)})")
         if emulate:
             if not (EMULATE_TOOL.is_file() and (ROOT / "emulator").is_dir()):
                 raise UsageError(f"{_shown(submission)} has a B200 kernel and there is no GPU here: running it "
                                  "needs the emulator (emulator/, tools/emulate.py); --reference tests the harness alone")
-            print(f"emulated: no CUDA GPU here, so {_shown(submission)}'s B200 (sm_100a) kernel runs in the "
-                  "sm_100a emulator on this CPU at a B200's worker count (minutes; --reference checks the "
-                  "harness alone in seconds)")
+            where = ("at a few SM pairs, where every pipeline wraps" if all(case.workers for case in cases) else
+                     "at a B200's worker count and, for every pipeline to wrap, at a few SM pairs"
+                     if any(case.workers for case in cases) else "at a B200's worker count")
+            first_line = (f"emulated: no CUDA GPU here, so {_shown(submission)}'s B200 (sm_100a) kernel runs in the "
+                          f"sm_100a emulator on this CPU {where}, "
+                          + ("with race detection" if races else "without race detection (--no-races: a pass "
+                             "vouches only for the interleaving that ran)")
+                          + " (minutes; --reference checks the harness alone in seconds)")
         if options.reference:
             submission = REFERENCE_SUBMISSION
             inspected_note = f"; {_shown(DEFAULT_SUBMISSION)} is checked by the sm_100a inspection below"
-            print(f"--reference: testing the harness with {_shown(REFERENCE_SUBMISSION)} (the reference)"
-                  + (inspected_note if inspect and defines_sm100_kernel(DEFAULT_SUBMISSION) else ""))
-        worker = _start_worker(submission, emulate)
+            first_line = (f"--reference: testing the harness with {_shown(REFERENCE_SUBMISSION)} (the reference)"
+                          + (inspected_note if inspect and defines_sm100_kernel(DEFAULT_SUBMISSION) else ""))
+        # said once the worker has the submission: a file it cannot import, or whose SM100_CONFIG line is
+        # malformed, is bad use in one line and nothing else
+        worker = _start_worker(submission, emulate, races)
+        if first_line:
+            print(first_line)
     except UsageError as error:
         if options is not None and options.verbose and error.details:
             print(error.details, file=sys.stderr, end="")
         print(f"eval.py: {error}", file=sys.stderr)
         return 2
-    set_seed(42)
+    utils.set_seed(42)
     with worker:
         if options.mode == "benchmark":
             return local_benchmark(cases, worker, submission, options.plot, options.verbose, options.baseline)
         inspected = (options.submission or DEFAULT_SUBMISSION) if inspect else None
         # a part of the tests without a GPU skips the inspection by default: say so, not silently (issue 26, item 7)
         note = ("inspection: not run (a SPEC_FILE or --only runs part of the tests; --inspect runs it)"
-                if options.inspect is None and not inspect and not torch.cuda.is_available()
+                if options.inspect is None and not inspect and not torch.cuda.is_available() and not options.reference
                 and options.mode == "test" and defines_sm100_kernel(options.submission or DEFAULT_SUBMISSION) else "")
         return local_test(cases, worker, submission, inspected, options.verbose, note)
 

@@ -4,6 +4,7 @@
     python tools/check.py --list                                             # its cases (no GPU needed)
     python tools/check.py --case NAME                                        # one case, in this process
     python tools/check.py --config TEXT [...]                                # any of these, one configuration
+    python tools/check.py --emulate [--no-races] [...]                       # without a GPU: in the emulator
 
 Run it first on a GPU the kernel has never run on. Stages, in order: one_tile (one group, one
 tile); partial_tiles (M = 1, 7, 40, 129 alone and mixed, M = 77 and 300, N = K = 256);
@@ -17,14 +18,23 @@ buffer whose other bytes hold a sentinel: after the call the sentinel must be in
 written outside `c`), and `c` and the returned tensors must be within 1e-3 + 1e-3 |ref| of a
 float64 reference (exact dequantization, float64 products and sums). Verdicts: PASS; FAIL (wrong
 values); OUTSIDE (wrote outside c); ERROR (custom_kernel raised); HANG (no result within the
-timeout; the process is killed); CRASH (the process died without a result).
+timeout; the process is killed); CRASH (the process died without a result); RACE (--emulate: two
+accesses that no synchronization orders, both named by the emulator's race detector). Each row
+ends with the configuration the case's shape ran as (sm100_shape_config's choice), where the
+submission's plan says.
+
+`--emulate` (no GPU needed) runs the B200 kernel in the sm_100a emulator, with race detection
+(--no-races skips it: faster, but a pass then vouches only for the interleaving that ran): the
+stages up to task_tests at a B200's worker count, then a wraps stage, eval.py's wrap cases at a
+few SM pairs, where every pipeline wraps (each worker runs several tiles, so every accumulator and
+stage is reused, and its last tile goes out by TMA store).
 
 The ladder prints one row per case and stops after the first stage with a failure (at once after
 a HANG), then says what to run next. Exit status: 0 all passed; 1 a case did not pass; 2 no CUDA
 GPU, or bad use.
 
 `--config TEXT` runs under a configuration of the submission's Sm100Config ("safe",
-"shipped,multicast=off", "pdl=off,l2_hints=off"): the case's process sets `submission.SM100_CONFIG`
+"shipped,multicast=off,cluster_pairs=1", "pdl=off,l2_hints=off"): the case's process sets `submission.SM100_CONFIG`
 before its first call. When the ladder fails and the submission has an Sm100Config, it bisects,
 each attempt in its own process with the timeout: the failing case under SM100_SAFE; if that
 passes, the case with each switch of the failing configuration set to safe's value, and with safe
@@ -54,19 +64,24 @@ import time
 from pathlib import Path
 from typing import Callable
 
-import torch
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import eval as harness  # noqa: E402  (task.yml reader, submission loader, one-line errors)
-from reference import _dequantize, ceil_div, sf_vec_size  # noqa: E402
-from utils import verbose_allclose  # noqa: E402
+import eval as harness  # noqa: E402  (task.yml reader, submission loader, one-line errors; imports no torch)
+
+# torch and the board's reference.py and utils.py (which import it) take seconds: imported on first use, so that a
+# command line that is refused is refused at once (issue 48, item 6)
+torch = harness._ImportedOnFirstUse("torch", globals())
+reference = harness._ImportedOnFirstUse("reference", globals())  # _dequantize, ceil_div, sf_vec_size
+utils = harness._ImportedOnFirstUse("utils", globals())  # verbose_allclose
 
 DEFAULT_TIMEOUT_S = 180  # per case, including the first call's compile
 # The ladder's stages the emulator runs (--emulate): the benchmarks' N and K (4096-7168) would take
 # tens of minutes each at its speed (BENCHMARKS.md, "The B200 kernel in the emulator").
-EMULATED_STAGES = ("one_tile", "partial_tiles", "all_values", "many_groups", "task_tests")
+EMULATED_STAGES = ("one_tile", "partial_tiles", "all_values", "many_groups", "task_tests", "wraps")
+# A stage of the emulator's only: eval.py's wrap cases (harness.WRAP_CASES), at a few SM pairs where every pipeline
+# wraps (a GPU runs at its own worker count: its benchmarks stage wraps them).
+WRAP_NAMES = ("wrap_64", "wrap_192", "wrap_2pairs")  # the last: clusters of two SM pairs
 RESULT_PREFIX = "check.py result: "  # how a case's process hands its result to the ladder
 SENTINEL_BITS = 0x7E5A  # an fp16 NaN with a payload a kernel does not write by accident
 GUARD_ROWS = 256  # rows of c's width on each side of c: more than any tile can overhang
@@ -81,6 +96,7 @@ class Case:
     n: tuple[int, ...]
     k: tuple[int, ...]
     all_values: bool = False  # every e2m1 value and a wider range of e4m3 scales
+    workers: int | None = None  # SM pairs of an emulated wrap case; None: the device's own
 
     @property
     def groups(self) -> int:
@@ -112,6 +128,17 @@ def ladder() -> list[Case]:
     return cases
 
 
+def wrap_cases() -> list[Case]:
+    """The emulator's wraps stage: eval.py's wrap cases (harness.WRAP_CASES), each at its few SM pairs."""
+    return [Case("wraps", name, *(tuple(wrap.test.args[key]) for key in "mnk"), workers=wrap.workers)
+            for name, wrap in zip(WRAP_NAMES, harness.wrap_cases(1), strict=True)]
+
+
+def ladder_for(emulate: bool) -> list[Case]:
+    """The ladder on a GPU, or under the emulator: its stages that fit (EMULATED_STAGES), then the wraps."""
+    return [case for case in ladder() if case.stage in EMULATED_STAGES] + wrap_cases() if emulate else ladder()
+
+
 # ---------------------------------------------------------------------------------------------
 # Inputs: the board's contract, built here so that c can sit inside a guarded buffer.
 
@@ -130,7 +157,7 @@ class GuardedC:
 
 def guarded_c(m: int, n: int, device) -> tuple[torch.Tensor, GuardedC]:
     """c [M, N, 1] fp16 with the board's strides (N, 1, M*N), NaN-filled, inside a sentinel buffer."""
-    guard = ceil_div(GUARD_ROWS * n, 64) * 64  # keeps c 128-byte aligned
+    guard = reference.ceil_div(GUARD_ROWS * n, 64) * 64  # keeps c 128-byte aligned
     buffer = torch.empty(2 * guard + m * n, dtype=torch.float16, device=device)
     buffer.view(torch.int16).fill_(SENTINEL_BITS)
     c = torch.as_strided(buffer, (m, n, 1), (n, 1, m * n), storage_offset=guard)
@@ -143,11 +170,11 @@ def _fp4_codes_and_scales(rows: int, k: int, generator, all_values: bool):
     codes = torch.randint(0, 256, (rows, k // 2), generator=generator, dtype=torch.uint8)
     if all_values:
         # e4m3 exponent fields 4..8 with any mantissa: 2^-3 .. 3.75
-        scale_bits = torch.randint(4 << 3, 9 << 3, (rows, k // sf_vec_size), generator=generator,
+        scale_bits = torch.randint(4 << 3, 9 << 3, (rows, k // reference.sf_vec_size), generator=generator,
                                    dtype=torch.uint8)
         return codes, scale_bits.view(torch.float8_e4m3fn)
     codes &= 0b1011_1011  # as the board: values 0, +-0.5, +-1, +-1.5
-    scales = torch.randint(1, 3, (rows, k // sf_vec_size), generator=generator, dtype=torch.int8)
+    scales = torch.randint(1, 3, (rows, k // reference.sf_vec_size), generator=generator, dtype=torch.int8)
     return codes, scales.to(torch.float8_e4m3fn)
 
 
@@ -156,11 +183,11 @@ def blocked_scales(scales: torch.Tensor, rows: int, k: int, generator, device) -
     ceil(K/64), 1) permuted view of a contiguous (1, ceil(rows/128), ceil(K/64), 32, 4, 4) buffer,
     element [r % 32, (r % 128) // 32, r // 128, j % 4, j // 4, 0] the scale of row r, column j;
     padding rows and columns hold random 1s and 2s, as on the board."""
-    row_blocks, col_blocks = ceil_div(rows, 128), ceil_div(k // sf_vec_size, 4)
+    row_blocks, col_blocks = reference.ceil_div(rows, 128), reference.ceil_div(k // reference.sf_vec_size, 4)
     buffer = torch.randint(1, 3, (1, row_blocks, col_blocks, 32, 4, 4), generator=generator, dtype=torch.int8)
     buffer = buffer.to(torch.float8_e4m3fn)
     r = torch.arange(rows).view(-1, 1)
-    j = torch.arange(k // sf_vec_size).view(1, -1)
+    j = torch.arange(k // reference.sf_vec_size).view(1, -1)
     buffer.view(torch.uint8)[0, r // 128, j // 4, r % 32, (r % 128) // 32, j % 4] = scales.view(torch.uint8)
     return buffer.to(device).permute(3, 4, 1, 5, 2, 0)
 
@@ -192,8 +219,8 @@ def reference_outputs(data) -> list[torch.Tensor]:
     abc, sfasfb, _, _ = data
     outputs = []
     for (a, b, _), (sfa, sfb) in zip(abc, sfasfb):
-        a_values = _dequantize(a[:, :, 0], sfa[:, :, 0], torch.float64)
-        b_values = _dequantize(b[:, :, 0], sfb[:, :, 0], torch.float64)
+        a_values = reference._dequantize(a[:, :, 0], sfa[:, :, 0], torch.float64)
+        b_values = reference._dequantize(b[:, :, 0], sfb[:, :, 0], torch.float64)
         outputs.append((a_values @ b_values.T).to(torch.float16))
     return outputs
 
@@ -213,11 +240,12 @@ def error_over_tolerance(output: torch.Tensor, expected: torch.Tensor) -> float:
 
 @dataclasses.dataclass
 class Result:
-    verdict: str  # PASS, FAIL, OUTSIDE, ERROR, HANG, CRASH
+    verdict: str  # PASS, FAIL, OUTSIDE, ERROR, HANG, RACE, CRASH
     error_over_tol: float | None
     seconds: float
     message: str = ""
     mean_us: float | None = None  # --time: the mean time of one call
+    runs_as: str = ""  # the configuration the case's shape ran with (harness.runs_as), where the plan says
 
 
 def judge(data, outputs, expected: list[torch.Tensor], guards: list[GuardedC], seconds: float) -> Result:
@@ -238,7 +266,7 @@ def judge(data, outputs, expected: list[torch.Tensor], guards: list[GuardedC], s
                               f"{tuple(getattr(got, 'shape', ()))}, expected {(*want.shape, 1)}")
             ratio = error_over_tolerance(got[:, :, 0], want)
             if ratio > 1 and not message:
-                details = verbose_allclose(got[:, :, 0], want, rtol=1e-3, atol=1e-3, max_print=3)
+                details = utils.verbose_allclose(got[:, :, 0], want, rtol=1e-3, atol=1e-3, max_print=3)
                 message = f"group {group} ({name}): " + "; ".join(details)
             worst = max(worst, ratio)
     return Result("PASS" if worst <= 1 else "FAIL", worst, seconds, message)
@@ -250,12 +278,24 @@ def _synchronize(device: str) -> None:
 
 
 def run_case_here(case: Case, submission: Path, device: str = "cuda", config: str | None = None,
-                  emulate: bool = False) -> Result:
+                  emulate: bool = False, races: bool = True) -> Result:
     """Load the submission, run custom_kernel once on the case's inputs, judge the outputs.
     (device "cpu" checks this tool itself, with a submission that runs there.) `config`: the
     submission's SM100_CONFIG for this run; it is read when the first call builds its plan.
     `emulate`: the B200 kernel runs in the emulator on the CPU (tools/emulate.py), at a B200's
-    worker count; a hang or a defect the emulator reports is the case's HANG or ERROR."""
+    worker count (a wrap case's: its few SM pairs), with race detection if `races`; a hang, a race
+    or a defect the emulator reports is the case's HANG, RACE or ERROR. The result names the
+    configuration the shape ran as (harness.runs_as)."""
+    result = _run_case_here(case, submission, device, config, emulate, races)
+    module = sys.modules.get("submission")
+    hopper = not emulate and device == "cuda" and torch.cuda.get_device_capability()[0] == 9
+    with contextlib.suppress(Exception):  # a submission whose plans say nothing leaves it empty
+        result.runs_as = harness.runs_as(module, zip(case.m, case.n, case.k), hopper) if module else ""
+    return result
+
+
+def _run_case_here(case: Case, submission: Path, device: str, config: str | None, emulate: bool,
+                   races: bool) -> Result:
     harness.load_submission(str(submission))
     module = sys.modules["submission"]
     if config is not None:
@@ -267,12 +307,14 @@ def run_case_here(case: Case, submission: Path, device: str = "cuda", config: st
     start = time.perf_counter()
     try:
         if emulate:
-            outputs = _emulated_call(module, data, guards)
+            outputs = _emulated_call(module, data, guards, case.workers, races)
         else:
             outputs = module.custom_kernel(data)
             _synchronize(device)
     except EmulatorHang as hang:
         return Result("HANG", None, time.perf_counter() - start, str(hang))
+    except EmulatorRace as race:
+        return Result("RACE", None, time.perf_counter() - start, str(race))
     except Exception as error:
         return Result("ERROR", None, time.perf_counter() - start,
                       f"custom_kernel raised {harness._describe(error)}")
@@ -312,16 +354,24 @@ class EmulatorHang(Exception):
     pass
 
 
-def _emulated_call(module, data, guards):
+class EmulatorRace(Exception):
+    pass
+
+
+def _emulated_call(module, data, guards, workers: int | None = None, races: bool = True):
+    """custom_kernel(data) with the emulator as a B200 of `workers` SM pairs (None: a B200's 74), `races`: with
+    happens-before race detection."""
     import emulate  # tools/emulate.py
     import emulator
 
-    module.DEVICE = emulate.EmulatedB200(None)
-    emu = emulator.Emulator(warp_roles=emulate.submission_roles(module))
+    module.DEVICE = emulate.EmulatedB200(workers)
+    emu = emulator.Emulator(warp_roles=emulate.submission_roles(module), races=races)
     try:
         outputs, _ = emulate.emulated_call(module, data, [guard.buffer for guard in guards], emu)
     except emulator.HangError as hang:
         raise EmulatorHang(f"{hang.message}\n{hang.report}") from None
+    except emulator.RaceError as race:
+        raise EmulatorRace(f"RACE {race}") from None
     return outputs
 
 
@@ -358,11 +408,16 @@ ROW = "{:<14} {:<11} {:>3} {:>15} {:>15} {:>15}  {:<8} {:>9} {:>8}"  # M, N, K: 
 
 
 def format_row(case: Case, result: Result | None) -> str:
+    """The case's row; after it, in parentheses, a wrap case's SM pairs and the configuration it ran as."""
     shapes = (case.groups, _values(case.m), _values(case.n), _values(case.k))
+    notes = [harness._pairs(case.workers)] if case.workers is not None else []
     if result is None:
-        return ROW.format(case.stage, case.name, *shapes, "", "", "")
-    ratio = "-" if result.error_over_tol is None else f"{result.error_over_tol:.3g}"
-    return ROW.format(case.stage, case.name, *shapes, result.verdict, ratio, f"{result.seconds:.1f}")
+        row = ROW.format(case.stage, case.name, *shapes, "", "", "")
+    else:
+        ratio = "-" if result.error_over_tol is None else f"{result.error_over_tol:.3g}"
+        row = ROW.format(case.stage, case.name, *shapes, result.verdict, ratio, f"{result.seconds:.1f}")
+        notes += [f"runs as {result.runs_as}"] if result.runs_as else []
+    return row + (f"  ({'; '.join(notes)})" if notes else "")
 
 
 def case_spec(case: Case) -> str:
@@ -377,9 +432,10 @@ def next_steps(case: Case, result: Result, config: str | None = None, flags: str
     (compute-sanitizer needs a GPU)."""
     case_args = f"--case {case.name}" + (f" --config {config}" if config else "") + flags
     if emulate:
+        workers = f" --workers {case.workers}" if case.workers is not None else ""
         return [f"python tools/check.py --emulate {case_args}    # the emulator's full report",
                 f"python tools/emulate.py submission{flags} --config {config or 'shipped'} --mode adversarial "
-                f"--seed 1 --spec \"{case_spec(case)}\"    # these shapes, asynchronous work completing late"]
+                f"--seed 1{workers} --spec \"{case_spec(case)}\"    # these shapes, asynchronous work completing late"]
     sanitizer = "compute-sanitizer --tool {} python tools/check.py " + case_args
     steps = [f"python tools/check.py {case_args}    # the same case in one process, its full message"]
     if result.verdict == "HANG":
@@ -652,20 +708,9 @@ def parse_rung(module, text: str):
 
 def config_problem(module, submission: Path, text: str | None) -> str:
     """'' if `text` (--config) and the file's SM100_CONFIG line are configurations of the
-    submission, else one line saying which is not and why."""
-    try:
-        line = harness.config_line(submission)
-    except ValueError as error:
-        return str(error)
-    checks = [(f"--config {text}", text)] if text else []
-    if line is not None:
-        checks.append((f"line {line[0]} of {submission.name} (`{line[1]}`)", line[2]))
-    for where, value in checks:
-        try:
-            parse_rung(module, value)
-        except ValueError as error:
-            return f"{where}: {error}"
-    return ""
+    submission, else one line saying which is not, why, and the configuration's fields (as every
+    tool says it: harness.config_problem)."""
+    return harness.config_problem(module, submission, text)
 
 
 def configurable(submission: Path):
@@ -723,26 +768,19 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--json", action="store_true", help="with --case: print the result as one JSON line")
     parser.add_argument("--config", metavar="TEXT",
                         help="the submission's SM100_CONFIG for these runs: 'safe', 'shipped,pdl=off', "
-                             "'multicast=off,l2_hints=off' (default: the file's line)")
+                             "'pdl=off,l2_hints=off' (default: the file's line)")
     parser.add_argument("--write", action="store_true",
                         help="after a bisection, write the configuration it found into the SM100_CONFIG line")
     parser.add_argument("--time", action="store_true",
                         help="with --case: also time it (mean per call; how the cuBLAS rung's cost is measured)")
     parser.add_argument("--emulate", action="store_true",
-                        help="on a CPU: the B200 kernel in the emulator (tools/emulate.py), the cases that fit it")
+                        help="on a CPU: the B200 kernel in the emulator (tools/emulate.py), the cases that fit it, "
+                             "and the wraps stage (a few SM pairs, where every pipeline wraps)")
+    parser.add_argument("--races", action=argparse.BooleanOptionalAction, default=None,
+                        help="with --emulate: happens-before race detection, on by default; " + harness.NO_RACES)
     options = parser.parse_args(argv)
-    if options.emulate:
-        from emulator import driver  # the stub driver must be in place before cutlass is imported
-
-        try:
-            status = driver.rerun_with_stub(__file__, argv)  # a GPU machine: torch holds the real driver here
-            if status is not None:
-                return status
-            driver.install()
-        except Exception as error:  # noqa: BLE001 - one line says why
-            print(f"check.py --emulate: {error}", file=sys.stderr)
-            return 2
-    cases = [case for case in ladder() if not options.emulate or case.stage in EMULATED_STAGES]
+    # Everything the command line alone can refuse is refused here, before torch, CuTe DSL or the emulator load.
+    cases = ladder_for(options.emulate)
     if options.list:
         print(ROW.format("stage", "case", "G", "M", "N", "K", "", "", "").rstrip())
         for case in cases:
@@ -756,6 +794,9 @@ def main(argv: list[str]) -> int:
     if options.stage and options.stage not in stages:
         print(f"check.py: unknown stage {options.stage!r} (stages: {', '.join(stages)})", file=sys.stderr)
         return 2
+    if options.races is not None and not options.emulate:
+        print("check.py: --races/--no-races go with --emulate (race detection is the emulator's)", file=sys.stderr)
+        return 2
     if not options.submission.is_file():
         print(f"check.py: submission file not found: {options.submission}", file=sys.stderr)
         return 2
@@ -763,11 +804,23 @@ def main(argv: list[str]) -> int:
         print(f"check.py --emulate: {options.submission} defines no compile_sm100: the emulator runs a B200 (sm_100a) "
               f"kernel; python eval.py test --submission {options.submission} tests any other", file=sys.stderr)
         return 2
+    races = options.races is not False
+    if options.emulate:
+        from emulator import driver  # the stub driver must be in place before cutlass is imported
+
+        try:
+            status = driver.rerun_with_stub(__file__, argv)  # a GPU machine: torch holds the real driver here
+            if status is not None:
+                return status
+            driver.install()
+        except Exception as error:  # noqa: BLE001 - one line says why
+            print(f"check.py --emulate: {error}", file=sys.stderr)
+            return 2
     if not options.json:  # a case process gets its text from the ladder, checked
         # Before the GPU check: a malformed configuration is said in one line on any machine.
         try:
             line = harness.config_line(options.submission)
-            submission = configurable(options.submission) if options.config or line else None
+            submission = configurable(options.submission)  # a file that cannot be imported is bad use, here
         except (harness.UsageError, ValueError) as error:
             print(f"check.py: {error}", file=sys.stderr)
             return 2
@@ -787,7 +840,7 @@ def main(argv: list[str]) -> int:
                 result = time_case_here(by_name[options.case], options.submission, config=options.config)
             else:
                 result = run_case_here(by_name[options.case], options.submission, config=options.config,
-                                       emulate=options.emulate)
+                                       emulate=options.emulate, races=races)
         except harness.UsageError as error:  # the submission cannot be imported
             result = Result("ERROR", None, 0.0, str(error))
         if options.json:
@@ -802,8 +855,11 @@ def main(argv: list[str]) -> int:
 
     if options.emulate:
         major, minor = 10, 0
-        print(f"{options.submission} in the emulator (a B200's 148 SMs, on this CPU); each case in its own "
-              f"process, at most {options.timeout:g} s; stages {', '.join(EMULATED_STAGES)}", flush=True)
+        print(f"{options.submission} in the emulator (a B200's 148 SMs, on this CPU; the wraps stage at a few SM "
+              f"pairs, where every pipeline wraps), " + ("with race detection" if races else "without race detection "
+              "(--no-races: a pass vouches only for the interleaving that ran)")
+              + f"; each case in its own process, at most {options.timeout:g} s; stages "
+              f"{', '.join(EMULATED_STAGES)}", flush=True)
     else:
         major, minor = torch.cuda.get_device_capability()
         print(f"{options.submission} on {torch.cuda.get_device_name()} (compute capability {major}.{minor}); "
@@ -812,7 +868,8 @@ def main(argv: list[str]) -> int:
 
     def in_subprocess(case: Case, config: str | None = options.config) -> Result:
         command = [sys.executable, str(Path(__file__).resolve()), "--case", case.name,
-                   "--submission", str(options.submission), "--json"] + (["--emulate"] if options.emulate else [])
+                   "--submission", str(options.submission), "--json"] + (
+                      ["--emulate"] + ([] if races else ["--no-races"]) if options.emulate else [])
         return run_in_subprocess(command + (["--config", config] if config else []), options.timeout)
 
     def say(line: str) -> None:

@@ -1,17 +1,17 @@
 """Run an sm_100a (or sm_90a) kernel on this CPU, in the emulator, and check it against the exact reference.
 
     python tools/emulate.py nvidia --mma-tiler 128,128 --cluster 1,1 --mnk 512,384,1024 \\
-        [--clusters N] [--mode eager|adversarial] [--seed S] [--ptx-filter CMD] [--races]
+        [--clusters N] [--mode eager|adversarial] [--seed S] [--ptx-filter CMD] [--no-races]
     python tools/emulate.py nvidia-grouped --groups G --mnk M,N,K [--mnk M,N,K ..] [--mma-tiler 128,128|256,128] \\
-        [--cluster CM,CN] [--clusters N] [--mode ..] [--seed S] [--ptx-filter CMD] [--races]
+        [--cluster CM,CN] [--clusters N] [--mode ..] [--seed S] [--ptx-filter CMD] [--no-races]
     python tools/emulate.py flashinfer --groups G --masked-m 100,37 --nk N,K [--mma-tiler 128,128|256,128] \\
         [--cluster CM,CN] [--clusters N] [--m-max M] [--masked-m-slack E] [--mode ..] [--seed S] [--ptx-filter CMD]
     python tools/emulate.py submission [--config CONFIG] --spec "m: [..]; n: [..]; k: [..]; g: G; seed: S" \\
-        [--workers W] [--mode eager|adversarial] [--seed S] [--ptx-filter CMD] [--submission FILE] [--races]
+        [--workers W] [--mode eager|adversarial] [--seed S] [--ptx-filter CMD] [--submission FILE] [--no-races]
         [--arch sm_100a|sm_90a]
 
     python tools/emulate.py peer --source FILE --spec SPEC [--row BLOCK_M,CTA_GROUP] [--time] [--timing-only]
-        [--calls N] [--races] [--mode eager|adversarial|timed] [--seed S] [--ptx-filter CMD]
+        [--calls N] [--no-races] [--mode eager|adversarial|timed] [--seed S] [--ptx-filter CMD]
 
     python tools/emulate.py benchmarks [--kernel submission|flashinfer|both] [--config TEXT] [--arch sm_100a|sm_90a]
         [--only N] [--calls N] [--timing-only]
@@ -63,20 +63,22 @@ host code sends other shapes to torch._scaled_mm); a shape outside its LAUNCH ta
 same kernel with `--row BLOCK_M,CTA_GROUP` (default: the twin's). The line before the verdict names the twin
 and the row.
 
-`--races` turns on happens-before race detection (emulator/happens_before.py): two conflicting accesses
-(shared, tensor or global memory; by warps or by the TMA and tensor-core units acting for them) that no
-synchronization orders, whatever interleaving ran, end the run with RACE naming both PTX lines; a PASS
-then says races=0.
+Happens-before race detection (emulator/happens_before.py) is on in every run that checks outputs: two
+conflicting accesses (shared, tensor or global memory; by warps or by the TMA and tensor-core units acting
+for them) that no synchronization orders, whatever interleaving ran, end the run with RACE naming both PTX
+lines; a PASS says races=0. `--no-races` turns it off (faster; a PASS then vouches only for the interleaving
+that ran); `--timing-only` and `benchmarks`, which time, run without it.
 
 The last line is the verdict, then the figures: PASS, FAIL (an output beyond |out - ref| <= 1e-3 + 1e-3 |ref|),
 OUTSIDE (a cell outside a group's M x N was written), HANG (every warp blocked: the report precedes it),
 ERROR (the emulator caught a defect, e.g. an out-of-bounds access: the PTX line is named; or its set-up
-failed), or RACE (with --races: an unordered pair of accesses). The figures: error/tol, the worst
+failed), or RACE (an unordered pair of accesses). The figures: error/tol, the worst
 |out - ref| / (1e-3 + 1e-3 |ref|) (PASS needs <= 1), and max_abs_error, the worst |out - ref| (outputs
 reach the hundreds, so it may exceed 1e-3 on a PASS).
-Exit status 0 only for PASS; FAIL 1, OUTSIDE 2, HANG 3, ERROR 4, RACE 6; a bad command line 2 (argparse: a
-missing or malformed option; --timeline without matplotlib) or 5 (a configuration text, spec or shape that does
-not parse or that the kernel refuses, a --submission without a B200 kernel).
+Exit status 0 only for PASS (or TIMED); FAIL 1, HANG 3, ERROR 4, RACE 6, OUTSIDE 7; 2 bad use, one line,
+before any emulation (as eval.py, check.py and inspect_sm100.py): a missing or malformed option, --timeline
+without matplotlib, a configuration text (--config or the file's SM100_CONFIG line), spec or shape that does not
+parse or that the kernel refuses, a --submission without a B200 kernel.
 """
 
 from __future__ import annotations
@@ -91,7 +93,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-EXIT = {"PASS": 0, "TIMED": 0, "FAIL": 1, "OUTSIDE": 2, "HANG": 3, "ERROR": 4, "RACE": 6}
+EXIT = {"PASS": 0, "TIMED": 0, "FAIL": 1, "HANG": 3, "ERROR": 4, "RACE": 6, "OUTSIDE": 7}
+BAD_USE = 2  # every tool's status for a command it refuses (eval.py, check.py, inspect_sm100.py)
+SEVERITY = ("PASS", "TIMED", "FAIL", "OUTSIDE", "HANG", "ERROR", "RACE")  # the worst case's word is the run's
 ARCH_GPU = {"sm_100a": "B200", "sm_90a": "H200"}  # --arch -> the GPU the stub driver answers as
 ATOL = RTOL = 1e-3  # the board's check
 GUARD_ROWS = 2  # poisoned rows before and after each c
@@ -106,6 +110,11 @@ GUARD = 0x5A5A
 # transient and takes a whole period; each call more costs a call's emulation (benchmark 1: 75 s).
 DEFAULT_CALLS = 4
 BOARD_SEED_STEP = 42  # eval.py: each of the board's inputs is drawn with the seed 42 past the one before
+
+
+# The opt-out, in one line: what a run without the detector gives up (eval.py and check.py --emulate say the same).
+NO_RACES_HELP = ("--no-races: no race detection; faster, but a PASS then vouches only for the interleaving that ran: a "
+                 "missing fence, barrier or wait that this order did not expose passes unseen")
 
 
 def _calls(text: str) -> int:
@@ -173,8 +182,8 @@ def parse_args(argv=None):
         p.add_argument("--seed", type=int, default=0, help="adversarial order and (nvidia) data seed")
         p.add_argument("--ptx-filter", metavar="CMD", help="shell command the PTX text is piped through")
         p.add_argument("--step-budget", type=int, default=None, metavar="N", help="warp instructions before a HANG")
-        p.add_argument("--races", action="store_true",
-                       help="happens-before race detection: an unordered pair of accesses is a RACE (exit 6)")
+        p.add_argument("--races", action=argparse.BooleanOptionalAction, default=True,
+                       help=NO_RACES_HELP)
         if name == "nvidia":
             p.add_argument("--mma-tiler", type=_pair, default=(128, 128), metavar="M,N")
             p.add_argument("--cluster", type=_pair, default=(1, 1), metavar="CM,CN")
@@ -245,7 +254,9 @@ def parse_args(argv=None):
     if args.command == "benchmarks":
         args.mode, args.time, args.seed, args.ptx_filter, args.step_budget, args.workers = \
             "timed", True, 0, None, None, None
-        args.races = False
+        args.races = False  # timings of the board's sizes: `submission --spec` checks races
+    if args.timing_only:
+        args.races = False  # no data moves: a TIMED verdict checks nothing, races included
     if hasattr(args, "arch") and getattr(args, "machine", None) is None:  # the kernel's architecture's
         args.machine = {"sm_100a": "b200", "sm_90a": "h200"}[args.arch]
     return args
@@ -502,13 +513,15 @@ def board_inputs(spec: str, seed_shift: int = 0):
 
 
 def load_submission(path: Path):
-    import importlib.util
+    """The file imported as the module `submission`; ValueError in one line (bad use, exit 2, as eval.py says it) if
+    it cannot be imported or defines no custom_kernel."""
+    import eval as harness
 
-    spec = importlib.util.spec_from_file_location("submission", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["submission"] = module
-    spec.loader.exec_module(module)
-    return module
+    try:
+        harness.load_submission(str(path))
+    except harness.UsageError as error:
+        raise ValueError(str(error)) from None
+    return sys.modules["submission"]
 
 
 def file_config(S, text: str | None) -> str:
@@ -523,16 +536,8 @@ def runs_as(S, spec: str) -> str:
     import eval as harness
 
     values = harness.parse_spec_line(spec)
-    signature = tuple((m, n, k, 1) for m, n, k in zip(values["m"], values["n"], values["k"]))
-    for key, plan in S._plans.items():
-        config = getattr(getattr(plan, "launch", None), "config", None)
-        if key[0] == signature and config is not None:
-            if isinstance(S.DEVICE, EmulatedH200):
-                import sm90_kernel
-
-                return f" (runs as pdl={'on' if config.pdl else 'off'},jobs={sm90_kernel.SCHEDULE.jobs})"
-            return f" (runs as {config.describe()})"
-    return ""
+    text = harness.runs_as(S, zip(values["m"], values["n"], values["k"]), isinstance(S.DEVICE, EmulatedH200))
+    return f" (runs as {text})" if text else ""
 
 
 def run_submission(args, emulator) -> tuple:
@@ -543,6 +548,11 @@ def run_submission(args, emulator) -> tuple:
         raise ValueError(f"{args.submission} defines no compile_sm100: the emulator runs a B200 (sm_100a) kernel; "
                          f"python eval.py test --submission {args.submission} tests any other")
     S = load_submission(args.submission)
+    import eval as harness
+
+    problem = harness.config_problem(S, args.submission, args.config)  # the file's line and --config, as every tool
+    if problem:
+        raise ValueError(problem)
     args.config = file_config(S, args.config)
     S.sm100_config(args.config)  # a text that does not parse ends here, in one line
     if args.arch == "sm_90a":
@@ -569,7 +579,7 @@ def run_submission(args, emulator) -> tuple:
               flush=True)
         if message and stats:
             print(f"  {message}", flush=True)
-    worst = max(results, key=lambda r: EXIT[r[0]])
+    worst = max(results, key=lambda r: SEVERITY.index(r[0]))
     ran = [r[3] for r in results if r[3] is not None]
     total = emulator.combine(ran) if ran else emulator.RunStats(0, 0.0, 0, 0)
     errors = [r[1] for r in results if r[1] is not None]
@@ -593,6 +603,9 @@ def run_benchmarks(args, emulator) -> tuple:
     S = None
     if "submission" in kernels:
         S = load_submission(args.submission)
+        problem = harness.config_problem(S, args.submission, args.config)
+        if problem:
+            raise ValueError(problem)
         args.config = file_config(S, args.config)
         S.sm100_config(args.config)
         S.SM100_CONFIG = args.config
@@ -649,7 +662,7 @@ def run_benchmarks(args, emulator) -> tuple:
           + (f", streams of {args.calls} calls" if streamed else "")
           + ("; single-call formula " + ", ".join(f"{names[k]} {formula[k]:.2f} us" for k in formulas_known)
              if streamed and formulas_known else "") + ")", flush=True)
-    worst = max(results, key=lambda r: EXIT[r[0]])
+    worst = max(results, key=lambda r: SEVERITY.index(r[0]))
     errors = [r[1] for r in results if r[1] is not None]  # (error/tol, max_abs_error) per benchmark
     combined = emulator.combine(total)
     combined.timing["board_us"] = geomean[kernels[0]]
@@ -879,8 +892,8 @@ def main(argv=None) -> int:
         args.spec = [args.spec]
         refusal = peer_refusal(args)
         if refusal:
-            print(refusal, flush=True)
-            return 2
+            print(refusal, file=sys.stderr, flush=True)
+            return BAD_USE
     os.environ.setdefault("CUTE_DSL_DISABLE_FILE_CACHING", "1")
     start = time.perf_counter()
     try:
@@ -913,8 +926,8 @@ def main(argv=None) -> int:
     except (FileNotFoundError, ImportError) as e:  # NVIDIA's example not found (groundtruth/nvidia.py says where it is looked for), flashinfer-python not installed
         return verdict("ERROR", f"setup: {e}")
     except ValueError as e:  # a configuration text or spec that does not parse, a shape the kernel refuses
-        print(f"emulate.py: {e}", flush=True)
-        return 5
+        print(f"emulate.py: {e}", file=sys.stderr, flush=True)
+        return BAD_USE
     if message:
         print(message, flush=True)
     if stats.timing:

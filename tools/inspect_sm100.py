@@ -4,7 +4,7 @@
 
 For each configuration and group count, this calls the submission's `compile_sm100(num_groups,
 config)` with CUTE_DSL_ARCH=sm_100a. `--config TEXT` is repeatable, one configuration each, in
-Sm100Config.parse's syntax ("shipped", "safe", "safe,pdl=on", "multicast=off,l2_hints=off");
+Sm100Config.parse's syntax ("shipped", "safe", "safe,pdl=on", "multicast=off,cluster_pairs=1");
 without it, the file's SM100_CONFIG line. A submission without Sm100Config is compiled as
 `compile_sm100(num_groups)` and takes no --config. CuTe DSL writes every compiled module's cubin, PTX and host IR; each
 `cute.compile` inside `compile_sm100` is kept apart, so a group count may compile several kernel
@@ -32,7 +32,8 @@ record's descriptors (prefetch.tensormap). So SM100_SAFE has no cta_group::2, no
 .multicast::cluster, no griddepcontrol and no createpolicy. token_variants, descriptors, jobs,
 warmers, self_warm, cluster_pairs and lean_walk have no single PTX mark; their compiles get every
 other check.
-Exit status: 0 all good, 1 a check failed, 2 bad use or cuobjdump/nvdisasm missing.
+Exit status: 0 all good, 1 a check failed, 2 bad use (one line: a submission that cannot be imported, a
+malformed SM100_CONFIG line or --config) or cuobjdump/nvdisasm missing.
 `--keep DIR` writes, per compiled module, gG_cI.cubin, .ptx and .sass (the full SASS) into DIR;
 with several --config, into DIR/CONFIG/ (CONFIG as the table's config column writes it).
 """
@@ -446,7 +447,7 @@ def main(argv=None) -> int:
                         help=f"group counts to compile (default: {','.join(map(str, DEFAULT_GROUPS))})")
     parser.add_argument("--config", action="append", metavar="TEXT",
                         help="a configuration to compile, as Sm100Config.parse reads it ('safe', "
-                             "'shipped,pdl=off', 'multicast=off'); repeat for several "
+                             "'shipped,pdl=off', 'multicast=off,cluster_pairs=1'); repeat for several "
                              "(default: the file's SM100_CONFIG)")
     parser.add_argument("--keep", type=Path, metavar="DIR",
                         help="write each compiled module's cubin, PTX and SASS into DIR")
@@ -481,23 +482,25 @@ def main(argv=None) -> int:
         return 2
     try:
         submission = load_submission(args.submission)
-    except Exception as error:  # one line, as eval.py says it; the exit status stays 1
+    except Exception as error:  # one line and exit 2, as eval.py, check.py and emulate.py say it
         shutil.rmtree(dump_dir, ignore_errors=True)
         print(f"inspect_sm100.py: cannot import {args.submission.name}: {_one_line(error)}", file=sys.stderr)
-        return 1
+        return 2
     if not callable(getattr(submission, "compile_sm100", None)):
         print(f"inspect_sm100.py: {args.submission} defines no compile_sm100: no sm_100a kernel to inspect",
               file=sys.stderr)
         shutil.rmtree(dump_dir, ignore_errors=True)
         return 2
-    try:
-        configs = configurations(submission, args.config)
-    except ValueError as error:
-        import eval as harness
+    import eval as harness
 
-        line = None if args.config else harness.config_line(args.submission)
-        where = f"line {line[0]} of {args.submission.name} (`{line[1]}`): " if line else ""
-        print(f"inspect_sm100.py: {where}{error}", file=sys.stderr)
+    # without --config the file's line is compiled: a malformed one is said as every tool says it (exit 2)
+    problem = "" if args.config else harness.config_problem(submission, args.submission)
+    try:
+        configs = [] if problem else configurations(submission, args.config)
+    except ValueError as error:
+        problem = str(error)
+    if problem:
+        print(f"inspect_sm100.py: {problem}", file=sys.stderr)
         shutil.rmtree(dump_dir, ignore_errors=True)
         return 2
     labels = [config.describe() if config else "-" for config in configs]

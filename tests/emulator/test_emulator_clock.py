@@ -467,8 +467,9 @@ def timing_of(lines) -> dict:
 
 def nvidia_timed(mnk, clusters, *extra):
     """tools/emulate.py nvidia, timed, in a fresh process (the stub driver loads before cutlass): the
-    clock's figures from its `timing:` line."""
-    done = subprocess.run([sys.executable, "tools/emulate.py", "nvidia", "--time", "--mnk", ",".join(map(str, mnk)),
+    clock's figures from its `timing:` line. Here and below without race detection (--no-races): these
+    tests time the kernel, test_emulator_nvidia.py and test_emulator_races.py check its order."""
+    done = subprocess.run([sys.executable, "tools/emulate.py", "nvidia", "--no-races", "--time", "--mnk", ",".join(map(str, mnk)),
                            "--clusters", str(clusters), *extra], cwd=ROOT, capture_output=True, text=True,
                           timeout=600)
     lines = done.stdout.strip().splitlines()
@@ -479,7 +480,8 @@ def nvidia_timed(mnk, clusters, *extra):
 
 def submission_timed(spec, *extra):
     """tools/emulate.py submission --time on one pair: the clock's figures (the output checked: PASS)."""
-    done = subprocess.run([sys.executable, "tools/emulate.py", "submission", "--time", "--spec", spec, "--workers", "1",
+    done = subprocess.run([sys.executable, "tools/emulate.py", "submission", "--no-races", "--time", "--spec", spec,
+                           "--workers", "1",
                            *extra], cwd=ROOT, capture_output=True, text=True, timeout=900)
     lines = done.stdout.strip().splitlines()
     assert done.returncode == 0 and lines and lines[-1].startswith("PASS"), done.stdout[-3000:] + done.stderr[-3000:]
@@ -505,7 +507,7 @@ def test_the_timeline_says_where_each_workers_time_goes(tmp_path, nvidia_example
     their medians add up to the kernel's span, and each is a real part of it."""
     require_matplotlib()
     picture = tmp_path / "timeline.png"
-    done = subprocess.run([sys.executable, "tools/emulate.py", "nvidia", "--time", "--mnk", "256,256,1024",
+    done = subprocess.run([sys.executable, "tools/emulate.py", "nvidia", "--no-races", "--time", "--mnk", "256,256,1024",
                            "--clusters", "2", "--timeline", str(picture)], cwd=ROOT, capture_output=True, text=True,
                           timeout=600)
     lines = done.stdout.strip().splitlines()
@@ -529,7 +531,7 @@ def test_the_timeline_draws_the_call_and_the_ctas_asked_for(tmp_path, nvidia_exa
     CTAs 0 and 1) draws nothing and says so."""
     require_matplotlib()
     picture = tmp_path / "timeline.png"
-    command = [sys.executable, "tools/emulate.py", "nvidia", "--time", "--mnk", "256,256,1024", "--clusters", "2",
+    command = [sys.executable, "tools/emulate.py", "nvidia", "--no-races", "--time", "--mnk", "256,256,1024", "--clusters", "2",
                "--calls", "2", "--timeline", str(picture)]
     done = subprocess.run(command + ["--timeline-call", "2", "--timeline-ctas", "1"], cwd=ROOT, capture_output=True,
                           text=True, timeout=600)
@@ -563,7 +565,7 @@ def test_the_trace_lists_every_instruction_and_leaves_the_clock_as_it_was(tmp_pa
     instruction at a time; that moves no time: the simulated figure is the one without the trace."""
     require_matplotlib()
     trace = tmp_path / "trace.txt"
-    command = [sys.executable, "tools/emulate.py", "nvidia", "--time", "--mnk", "256,256,1024", "--clusters", "1"]
+    command = [sys.executable, "tools/emulate.py", "nvidia", "--no-races", "--time", "--mnk", "256,256,1024", "--clusters", "1"]
     runs = [subprocess.run(command + extra, cwd=ROOT, capture_output=True, text=True, timeout=600)
             for extra in ([], ["--timeline", str(tmp_path / "t.png"), "--timeline-trace", str(trace)])]
     verdicts = [done.stdout.strip().splitlines()[-1] for done in runs]
@@ -585,7 +587,7 @@ def test_the_trace_lists_every_instruction_and_leaves_the_clock_as_it_was(tmp_pa
 def test_a_timeline_without_matplotlib_is_refused_in_one_line_before_the_emulation(tmp_path, without_matplotlib):
     """Without matplotlib, --timeline is a bad command line (exit 2) said at once in one line, not a traceback
     after the emulation has run."""
-    done = subprocess.run([sys.executable, "tools/emulate.py", "nvidia", "--time", "--mnk", "256,256,1024",
+    done = subprocess.run([sys.executable, "tools/emulate.py", "nvidia", "--no-races", "--time", "--mnk", "256,256,1024",
                            "--clusters", "2", "--timeline", str(tmp_path / "t.png")], cwd=ROOT, capture_output=True,
                           text=True, env=without_matplotlib, timeout=120)
     assert done.returncode == 2 and done.stdout == "", done.stdout[-2000:] + done.stderr[-2000:]

@@ -374,19 +374,22 @@ def test_peer_command_refuses_a_file_it_does_not_run(tmp_path):
     done = subprocess.run([sys.executable, str(ROOT / "tools" / "emulate.py"), "peer", "--source", str(other),
                            "--spec", "m: [64]; n: [256]; k: [256]; g: 1; seed: 1"], capture_output=True, text=True,
                           timeout=120)
-    assert done.returncode == 2 and len(done.stdout.strip().splitlines()) == 1, done.stdout + done.stderr
-    assert "not a kind of entry this tool runs" in done.stdout
+    # bad use: exit 2, one line on stderr, as every tool says it (issue 48, item 5)
+    assert done.returncode == 2 and done.stdout == "" and len(done.stderr.strip().splitlines()) == 1, \
+        done.stdout + done.stderr
+    assert "not a kind of entry this tool runs" in done.stderr
 
 
 def test_peer_command_refuses_a_cuda_entry_no_twin_mirrors(tmp_path):
-    """A load_inline entry is recognized, but without a twin of its host code it is refused (exit 5), naming why."""
+    """A load_inline entry is recognized, but without a twin of its host code it is refused (bad use: exit 2, one
+    line on stderr), naming why."""
     entry = tmp_path / "entry.py"
     entry.write_text(K.PYTHON_SOURCE)
     done = subprocess.run([sys.executable, str(ROOT / "tools" / "emulate.py"), "peer", "--source", str(entry),
                            "--spec", "m: [64]; n: [256]; k: [256]; g: 1; seed: 1"], capture_output=True, text=True,
                           timeout=300)
-    assert done.returncode == 5, done.stdout + done.stderr
-    assert "no twin of this source's host code" in done.stdout.splitlines()[-1]
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "no twin of this source's host code" in done.stderr.strip().splitlines()[-1]
 
 
 # ---- the peers' own files, where NVFP4_PEERS holds them ----

@@ -205,16 +205,22 @@ def test_inspection_skips_a_file_without_an_sm100_kernel(harness_dir):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the default inspection runs only without a GPU")
 def test_a_full_run_without_a_gpu_inspects_unless_told_not_to(harness_dir):
+    """A full run of the submission inspects it (here: skipped, the reference-backed file has no compile_sm100, and
+    says so); --no-inspect does not. --reference checks the harness alone: no inspection, not even of submission.py
+    (issue 48, item 7), unless --inspect asks (test_inspection_runs_on_the_file_under_test)."""
     (harness_dir / "tools").mkdir()
     (harness_dir / "tools" / "inspect_sm100.py").write_text(FAKE_INSPECTION)
+    done = run_eval(harness_dir, "test")
+    assert done.returncode == 0 and "10 of 10 passed" in done.stdout, done.stdout + done.stderr
+    assert done.stdout.splitlines()[-1] == "inspection: skipped, submission.py defines no compile_sm100 (no sm_100a kernel)"
+    done = run_eval(harness_dir, "test", "--no-inspect")
+    assert done.returncode == 0 and "10 of 10 passed" in done.stdout and "inspect" not in done.stdout
     (harness_dir / "submission.py").write_text("# pass\nfrom reference import ref_kernel as custom_kernel\n"
                                                "def compile_sm100(num_groups):\n    return None\n")
-    done = run_eval(harness_dir, "test", "--reference")  # tests the reference, inspects submission.py
+    done = run_eval(harness_dir, "test", "--reference")  # the harness alone
     assert done.returncode == 0 and "10 of 10 passed" in done.stdout, done.stdout + done.stderr
-    assert f"inspected --submission {(harness_dir / 'submission.py').resolve()}\n" in done.stdout
-    done = run_eval(harness_dir, "test", "--reference", "--no-inspect")
-    assert done.returncode == 0 and "10 of 10 passed" in done.stdout
-    assert "inspected" not in done.stdout and "inspection" not in done.stdout
+    assert "inspect" not in done.stdout and done.stdout.splitlines()[0] == (
+        "--reference: testing the harness with tests/ref_submission.py (the reference)")
 
 
 @pytest.mark.parametrize("args, message", quick_first([

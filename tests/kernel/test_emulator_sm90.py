@@ -37,7 +37,7 @@ EARLY_EPILOGUE = r"sed -E 's/(wgmma\.wait_group\.sync\.aligned\s+)0;/\11;/'"
 
 def emulate(specs, *, config="shipped", mode="eager", seed=0, workers=3, ptx_filter=None, races=False, timeout=1800):
     args = [sys.executable, str(ROOT / "tools" / "emulate.py"), "submission", "--arch", "sm_90a",
-            "--config", config, "--mode", mode, "--seed", str(seed)] + (["--races"] if races else [])
+            "--config", config, "--mode", mode, "--seed", str(seed), "--races" if races else "--no-races"]
     if workers is not None:
         args += ["--workers", str(workers)]
     if ptx_filter:

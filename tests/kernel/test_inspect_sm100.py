@@ -465,7 +465,7 @@ def _inspect_with_line(tmp_path, line, *args):
 @pytest.mark.parametrize("line, code, said", [
     ('SM100_CONFIG = "bogus"', 2, "of submission.py (`SM100_CONFIG = \"bogus\"`): unknown configuration 'bogus'"),
     ("SM100_CONFIG = shipped", 2, "(`SM100_CONFIG = shipped`): SM100_CONFIG must be a quoted text"),
-    ('SM100_CONFIG = "shipped"\nimport no_such_module_here', 1,
+    ('SM100_CONFIG = "shipped"\nimport no_such_module_here', 2,
      "cannot import submission.py: ModuleNotFoundError: No module named 'no_such_module_here' (at submission.py:"),
 ])
 def test_a_malformed_config_line_is_one_line(tmp_path, line, code, said):

@@ -436,3 +436,43 @@ def test_the_lean_walk_shapes_give_a_pair_two_records_that_differ_where_the_tma_
         assert end - first == 2
         one, two = records[first], records[first + 1]
         assert one[differ] != two[differ] and one[0] == two[0] and one[3] == two[3] and one[6] == two[6]
+
+
+def test_the_wrap_cases_wrap_every_pipeline():
+    """eval.py's WRAP_CASES (the first checks' cases at a few SM pairs; tools/check.py --emulate's wraps stage), as the
+    launch runs them at their SM pairs (sm100_shape_config's choice from SM100_SHIPPED): the 64/128 kernel and the
+    192-token kernel each on one pair with 4 tiles (both accumulators used twice) of more k-tiles than the kernel has
+    stages (8 and 6), and clusters of two pairs, one cluster running 3 tiles of which one has more k-tiles than the 8
+    stages; every worker's last tile has rows to store (the TMA store of tma_last). At a B200's 74 pairs the same
+    shapes give no worker a second tile, which is why a late accumulator release passes there."""
+    import eval as harness
+
+    (spec64, pairs64, _), (spec192, pairs192, _), (spec_clusters, pairs_clusters, _) = harness.WRAP_CASES
+    shipped = submission.SM100_SHIPPED
+    assert shipped.epilogue == "tma_last" and submission.ACC_STAGES == 2
+
+    def launched(spec, pairs):
+        sizes = _spec_sizes(spec)
+        chosen = submission.sm100_shape_config(sizes, pairs, shipped)
+        records, offsets = submission.sm100_schedule(sizes, pairs, chosen)
+        workers = [records[begin:end] for begin, end in offsets]
+        for tiles in workers:  # the last tile's first CTA stores rows: its C goes out by TMA store
+            assert tiles and tiles[-1][1] < tiles[-1][5], (spec, tiles)
+        return sizes, chosen, workers
+
+    for spec, pairs, variants, stages in ((spec64, pairs64, (64, 128), 8), (spec192, pairs192, (64, 128, 192), 6)):
+        _, chosen, workers = launched(spec, pairs)
+        assert (pairs, chosen.token_variants, chosen.cluster_pairs, chosen.stages) == (1, variants, 1, stages), spec
+        (tiles,) = workers
+        assert len(tiles) >= 2 * submission.ACC_STAGES, spec  # each accumulator twice
+        assert all(record[6] // submission.K_TILE > stages for record in tiles), spec
+        if variants[-1] == 192:
+            assert all(chosen.token_variants[record[3]] == 192 for record in tiles), spec
+    sizes, chosen, workers = launched(spec_clusters, pairs_clusters)
+    assert chosen.cluster_pairs == 2 and chosen.stages == 8 and len(workers) <= pairs_clusters // 2
+    assert max(map(len, workers)) > submission.ACC_STAGES  # an accumulator used twice in a cluster
+    assert any(record[6] // submission.K_TILE > chosen.stages for tiles in workers for record in tiles)
+    for spec, _, _ in harness.WRAP_CASES:  # at a B200's count no worker has a second tile
+        sizes = _spec_sizes(spec)
+        at_b200 = submission.sm100_shape_config(sizes, 74, shipped)
+        assert all(end - begin == 1 for begin, end in submission.sm100_schedule(sizes, 74, at_b200)[1]), spec

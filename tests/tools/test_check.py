@@ -500,3 +500,50 @@ def test_config_is_checked_before_the_gpu_is_looked_for(text, said):
     assert done.stderr.startswith(f"check.py: {said}") and "CUDA" not in done.stderr
     done = run_tool("--config", "cublas")  # a rung of the file: valid, then the GPU is looked for
     assert done.stderr == NO_CUDA_LINE
+
+
+# ---------------------------------------------------------------- the emulator's first check (issue 48)
+
+
+def test_under_the_emulator_the_ladder_ends_with_the_wraps_stage():
+    """--emulate: the stages that fit the emulator, then eval.py's wrap cases at their SM pairs (each row says how
+    many); a GPU's ladder has no wraps stage (its benchmarks wrap the pipelines at its own worker count)."""
+    emulated = check.ladder_for(True)
+    assert [case.stage for case in emulated if case.stage not in check.EMULATED_STAGES[:-1]] == ["wraps"] * 3
+    wraps = emulated[-3:]
+    assert [(case.name, case.workers) for case in wraps] == [("wrap_64", 1), ("wrap_192", 1), ("wrap_2pairs", 6)]
+    for case, (spec, pairs, _) in zip(wraps, check.harness.WRAP_CASES):
+        assert check.case_spec(case).rsplit(";", 1)[0] == spec.rsplit(";", 1)[0] and case.workers == pairs
+    assert "wraps" not in {case.stage for case in check.ladder_for(False)}
+    assert check.format_row(wraps[0], check.Result("PASS", 0.0, 1.0, runs_as="shipped,cluster_pairs=1")).endswith(
+        "  (1 SM pair; runs as shipped,cluster_pairs=1)")
+    steps = check.next_steps(wraps[2], check.Result("RACE", None, 1.0), emulate=True)
+    assert "--workers 6 --spec \"m: [129, 300]; n: [256, 256]; k: [2304, 256]; g: 2; seed: 1\"" in steps[1]
+
+
+def test_races_go_with_emulate():
+    done = run_tool("--no-races")
+    assert done.returncode == 2 and done.stderr == ("check.py: --races/--no-races go with --emulate (race detection is "
+                                                    "the emulator's)\n")
+
+
+@pytest.mark.skipif(sys.version_info < (3, 10), reason="the DSL needs Python 3.10+")
+@pytest.mark.parametrize("plant", [None, pytest.param("early_release", marks=pytest.mark.long),
+                                   pytest.param("no_tail_fence", marks=pytest.mark.long),
+                                   pytest.param("no_dealloc_barrier", marks=pytest.mark.long)])
+def test_the_first_wrap_case_under_the_emulator(tmp_path, plant):
+    """`check.py --emulate --case wrap_64`: the unmodified kernel passes with races on and its row says the
+    configuration it ran as; each race of tests/kernel/planted_races.py is a RACE naming both accesses."""
+    from planted_races import PLANTS, plant as planted
+
+    args = ["--emulate", "--case", "wrap_64"] + (["--submission", str(planted(tmp_path, plant))] if plant else [])
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "check.py"), *args], capture_output=True, text=True,
+                          timeout=600, cwd=ROOT)
+    row, *message = done.stdout.splitlines()
+    assert row.startswith("wraps          wrap_64 ") and row.endswith(
+        "  (1 SM pair; runs as shipped,token_variants=64/128,cluster_pairs=1)"), done.stdout + done.stderr[-2000:]
+    if plant is None:
+        assert done.returncode == 0 and " PASS " in row and not message, done.stdout
+    else:
+        assert done.returncode == 1 and " RACE " in row and message[0].startswith("    RACE race: "), done.stdout
+        assert PLANTS[plant][2] in message[0], message
