@@ -689,9 +689,11 @@ class PeerCudaCase:
         return "PASS", (worst_ratio, worst), ""
 
 
-def make_case(source_text: str, spec: str, **options) -> PeerCudaCase:
+def make_case(path, source_text: str, spec: str, *, repairs: tuple = (), **options) -> PeerCudaCase:
     """The route's case (groundtruth/peers.py): `row` (BLOCK_M, CTA_GROUP) for a shape outside the LAUNCH
-    table, `seed_shift` added to the spec's seed."""
+    table, `seed_shift` added to the spec's seed. No repair is known for a CUDA entry."""
+    if repairs:
+        raise ValueError(f"no repair is known for a CUDA entry (asked: {', '.join(repairs)})")
     return PeerCudaCase(source_text, spec, **options)
 
 

@@ -69,6 +69,28 @@ PEERS = {
 }
 
 
+KIND = "a CuTe DSL entry with its own custom_kernel"  # what recognizes() accepts (groundtruth/peers.py)
+
+
+def make_case(path, source_text: str, spec: str, *, repairs: tuple = (), seed_shift: int = 0,
+              row: tuple | None = None) -> "PeerDsl":
+    """The route's case (groundtruth/peers.py): the file at `path` (the DSL reads its kernels' source from
+    it), `repairs` named in PEERS, `seed_shift` added to the spec's seed; `row` is a CUDA entry's option."""
+    if row is not None:
+        raise ValueError("--row picks a CUDA entry's LAUNCH instance; a CuTe DSL entry compiles its own")
+    case = PeerDsl(path, spec, seed=None if not seed_shift else _spec_seed(spec) + seed_shift, repairs=tuple(repairs))
+    name = which_peer(source_text)
+    case.note = (f"peer: {name or Path(path).name}, CuTe DSL entry through its own custom_kernel"
+                 + (f"; repaired: {', '.join(repairs)}" if repairs else ""))
+    return case
+
+
+def _spec_seed(spec: str) -> int:
+    import eval as harness
+
+    return harness.parse_spec_line(spec)["seed"]
+
+
 def recognizes(source_text: str) -> bool:
     """A CuTe DSL leaderboard file: it imports cutlass's cute, compiles with `cute.compile` and defines
     `custom_kernel`; not a load_inline CUDA one, not this project's (which defines compile_sm100: the

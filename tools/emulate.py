@@ -13,7 +13,8 @@
     python tools/emulate.py peer --source FILE --spec SPEC [--row BLOCK_M,CTA_GROUP] [--time] [--timing-only]
         [--calls N] [--no-races] [--mode eager|adversarial|timed] [--seed S] [--ptx-filter CMD]
 
-    python tools/emulate.py benchmarks [--kernel submission|flashinfer|both] [--config TEXT] [--arch sm_100a|sm_90a]
+    python tools/emulate.py benchmarks [--kernel submission|flashinfer|both] [--peer FILE [--repair NAME]]
+        [--config TEXT] [--arch sm_100a|sm_90a]
         [--only N] [--calls N] [--timing-only]
         [--timeline FILE.png [--timeline-call N] [--timeline-ctas I,J,..] [--timeline-trace FILE.txt]]
 
@@ -35,8 +36,9 @@ arithmetic (the same times; outputs neither computed nor checked: verdict TIMED)
 benchmarks timed, at the B200's worker count, each as a stream of `--calls` calls (default 4; 1: the
 single-call formula alone) checked against the reference, prints per benchmark the stream figure, its gaps
 and the formula's figure, and a geomean row last; `--kernel flashinfer` times FlashInfer's masked kernel on the same shapes (its padded layout:
-masked_m is the M list; default tactic, 148 SMs), `--kernel both` the two side by side with their ratio
-per benchmark and `geomean ours X us, flashinfer Y us` last.
+masked_m is the M list; default tactic, 148 SMs), `--kernel both` the two side by side; `--peer FILE` adds
+another entrant's file beside ours (the `peer` routes; `--repair` as there). With more than one kernel each
+benchmark's line `ours X us, ...` gives the ratio to ours, then `geomean ratio ...` and `geomean ours X us, ...`.
 
 `nvidia` runs NVIDIA's dense_blockscaled_gemm_persistent.py (torch's copy of the CUTLASS v4.3.5 example) on
 random FP4 data and random e4m3 scales; `nvidia-grouped` runs NVIDIA's grouped_blockscaled_gemm.py (CUTLASS
@@ -203,6 +205,8 @@ def parse_args(argv=None):
             p.add_argument("--spec", required=True, metavar="SPEC", help='"m: [..]; n: [..]; k: [..]; g: G; seed: S"')
             p.add_argument("--row", type=_pair, default=None, metavar="BLOCK_M,CTA_GROUP",
                            help="for a shape outside the entry's LAUNCH table: the instance to add")
+            p.add_argument("--repair", action="append", default=[], metavar="NAME",
+                           help="a known defect of the entry repaired in a copy before it runs (its route names them)")
         elif name == "flashinfer":
             p.add_argument("--groups", type=int, required=True, metavar="G")
             p.add_argument("--masked-m", type=_pair, required=True, metavar="M0,M1,..",
@@ -245,6 +249,10 @@ def parse_args(argv=None):
                    help=f"consecutive calls on the board's inputs as one CUDA stream (default {DEFAULT_CALLS}; 1: the "
                         "single-call formula alone)")
     p.add_argument("--submission", type=Path, default=ROOT / "submission.py", metavar="FILE")
+    p.add_argument("--peer", type=Path, default=None, metavar="FILE",
+                   help="also time another entrant's file (tools/emulate.py peer's routes) beside ours")
+    p.add_argument("--repair", action="append", default=[], metavar="NAME",
+                   help="with --peer: a known defect of its file repaired in a copy (its route names them)")
     args = parser.parse_args(argv)
     if args.timeline is None and (args.timeline_call, args.timeline_ctas, args.timeline_trace) != (None,) * 3:
         parser.error("--timeline-call, --timeline-ctas and --timeline-trace go with --timeline FILE.png")
@@ -334,16 +342,23 @@ def run_nvidia_grouped(args, emulator) -> tuple:
 
 def run_peer(args, emulator) -> tuple:
     """Another entrant's submission (groundtruth/peers.py): its route's case for SPEC, as `--calls` calls."""
-    from groundtruth import peers
-
-    text = args.source.read_text()
-    route = peers.route_for(text)
-    options = {"row": tuple(args.row)} if args.row else {}
-    if getattr(args, "calls", 1) > 1:  # the board's inputs: seed + 42, + 84, ... (as the submission route's)
-        options["seed_shift"] = BOARD_SEED_STEP
-    case = route.make_case(text, args.spec[0], **options)
+    case = peer_case(args.source, args.spec[0], args)
     print(case.note, flush=True)
     return run_example_calls(case, args, emulator)
+
+
+def peer_case(source: Path, spec: str, args):
+    """The case of `source` (a peer's file) on SPEC, by its route (groundtruth/peers.py), with the command line's
+    --row and --repair; with `--calls N` (N > 1) on the board's inputs (seed + 42, + 84, ...)."""
+    from groundtruth import peers
+
+    text = source.read_text()
+    options = {"row": tuple(args.row)} if getattr(args, "row", None) else {}
+    if getattr(args, "repair", None):
+        options["repairs"] = tuple(args.repair)
+    if getattr(args, "calls", 1) > 1:
+        options["seed_shift"] = BOARD_SEED_STEP
+    return peers.route_for(text).make_case(source, text, spec, **options)
 
 
 def peer_refusal(args) -> str | None:
@@ -600,6 +615,8 @@ def run_benchmarks(args, emulator) -> tuple:
     import eval as harness
 
     kernels = ("submission", "flashinfer") if args.kernel == "both" else (args.kernel,)
+    if args.peer is not None:
+        kernels += ("peer",)
     S = None
     if "submission" in kernels:
         S = load_submission(args.submission)
@@ -617,6 +634,7 @@ def run_benchmarks(args, emulator) -> tuple:
     elif args.arch != "sm_100a":
         raise ValueError("benchmarks --kernel flashinfer: FlashInfer's masked kernel is sm_100a only")
     _, benchmarks, _ = harness.load_task(ROOT / "task.yml")
+    names = {"submission": "ours", "flashinfer": "flashinfer", "peer": args.peer.stem if args.peer else "peer"}
     results, times, formulas, total = [], {k: [] for k in kernels}, {k: [] for k in kernels}, []
     for number, entry in enumerate(benchmarks, start=1):
         if args.only not in (None, number):
@@ -626,6 +644,10 @@ def run_benchmarks(args, emulator) -> tuple:
             if kernel == "submission":
                 (word, max_error, message), stats = run_submission_case(S, harness._spec_line(entry), args, emulator)
                 label = args.config + runs_as(S, harness._spec_line(entry))
+            elif kernel == "peer":
+                case = peer_case(args.peer, harness._spec_line(entry), args)
+                (word, max_error, message), stats = run_example_calls(case, args, emulator)
+                label = f"peer {args.peer.name}"
             else:
                 (word, max_error, message), stats = flashinfer_benchmark(entry, args, emulator)
                 label = "flashinfer 128x128 1x1"
@@ -645,18 +667,21 @@ def run_benchmarks(args, emulator) -> tuple:
                   f"{t['prologue_us']:.2f} us, HBM read {t['hbm_read_mb']:.1f} MB, L2 hits "
                   f"{t['l2_hits']}/{t['l2_hits'] + t['l2_misses']}, tensor pipe busy {100 * t['tensor_busy']:.0f}%) "
                   f"seconds={time.perf_counter() - start:.1f}" + (f"\n  {message}" if message else ""), flush=True)
-        if len(kernels) == 2:
-            ours, theirs = times["submission"][-1], times["flashinfer"][-1]
-            print(f"benchmark {number}: ours {ours:.2f} us, flashinfer {theirs:.2f} us, ours / flashinfer "
-                  f"{ours / theirs:.2f}", flush=True)
+        if "submission" in kernels and len(kernels) > 1:
+            ours = times["submission"][-1]
+            print(f"benchmark {number}: ours {ours:.2f} us, " + ", ".join(
+                f"{names[k]} {times[k][-1]:.2f} us (ours / {names[k]} {ours / times[k][-1]:.2f})"
+                for k in kernels if k != "submission"), flush=True)
     def mean(values):
         return math.exp(sum(math.log(x) for x in values) / len(values)) if all(values) else None
 
     geomean = {k: mean(v) for k, v in times.items()}
     formula = {k: mean(v) for k, v in formulas.items()}
-    names = {"submission": "ours", "flashinfer": "flashinfer"}
     streamed = args.calls > 1
     formulas_known = [k for k in kernels if formula[k]]
+    if "submission" in kernels and len(kernels) > 1 and geomean["submission"]:
+        print("geomean ratio " + ", ".join(f"ours / {names[k]} {geomean['submission'] / geomean[k]:.2f}"
+                                           for k in kernels if k != "submission" and geomean[k]), flush=True)
     print("geomean " + ", ".join(f"{names[k]} {g:.2f} us" for k, g in geomean.items())
           + f" ({args.machine.upper()} description, {len(times[kernels[0]])} benchmark(s)"
           + (f", streams of {args.calls} calls" if streamed else "")
