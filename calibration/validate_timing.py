@@ -299,6 +299,17 @@ def ladder_check(saved: list) -> list:
     return steps
 
 
+def print_table(header: tuple, rows: list, markdown: bool, line: str) -> None:
+    """The rows under the header, as markdown or in columns (`line`: one format field per column)."""
+    if markdown:
+        print("| " + " | ".join(header) + " |\n|" + " --- |" * len(header))
+        for row in rows:
+            print("| " + " | ".join(row) + " |")
+    else:
+        for row in [header, *rows]:
+            print(line.format(*row))
+
+
 def peers_report(saved: list, markdown: bool) -> None:
     """The calibration table of the peers' rows: error per row, fit or held out, the held-out RMS and worst, the
     fit subset's, and the ladder check."""
@@ -314,13 +325,7 @@ def peers_report(saved: list, markdown: bool) -> None:
         errors.setdefault(r["subset"], []).append((error, r["case"]))
         out.append((r["peer"], r["version"], str(r["benchmark"]), f"{r['measured_us']:.2f}",
                     f"{simulated['board_us']:.2f}", f"{100 * error:+.1f}%", r["subset"]))
-    if markdown:
-        print("| " + " | ".join(header) + " |\n|" + " --- |" * len(header))
-        for row in out:
-            print("| " + " | ".join(row) + " |")
-    else:
-        for row in [header, *out]:
-            print(f"{row[0]:<11} {row[1]:<14} {row[2]:>9} {row[3]:>12} {row[4]:>12} {row[5]:>7}  {row[6]}")
+    print_table(header, out, markdown, "{:<11} {:<14} {:>9} {:>12} {:>12} {:>7}  {}")
     for subset in ("fit", "held-out"):
         if errors[subset]:
             rms = math.sqrt(sum(e * e for e, _ in errors[subset]) / len(errors[subset]))
@@ -360,13 +365,7 @@ def report(rows: list, fit: set, markdown: bool) -> None:
             held.append((error, case, config))
         out.append((str(i), case, config, f"{measured:.2f}", f"{predicted:.2f}", f"{100 * error:+.1f}%", role))
     header = ("row", "case", "config", "measured us", "simulated us", "error", "use")
-    if markdown:
-        print("| " + " | ".join(header) + " |\n|" + " --- |" * len(header))
-        for r in out:
-            print("| " + " | ".join(r) + " |")
-    else:
-        for r in [header, *out]:
-            print(f"{r[0]:>3}  {r[1]:<40.40} {r[2]:<20} {r[3]:>11} {r[4]:>12} {r[5]:>7}  {r[6]}")
+    print_table(header, out, markdown, "{:>3}  {:<40.40} {:<20} {:>11} {:>12} {:>7}  {}")
     if fit:
         print(f"fitted: launch gap {shift:+.2f} us per call on rows {sorted(fit)}")
     if held:
