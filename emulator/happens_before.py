@@ -245,6 +245,25 @@ class HappensBefore:
                      lambda g: f"tensor memory lanes {int(g) // TMEM_COLUMNS * 32}..{int(g) // TMEM_COLUMNS * 32 + 31}"
                                f" column {int(g) % TMEM_COLUMNS}")
 
+    def pair_dealloc(self, w, memory, column: int, ncols: int) -> None:
+        """Warp `w`'s half of a `tcgen05.dealloc.cta_group::2` against the peer CTA's tensor memory `memory`.
+        The two warps perform the deallocation collectively, and the first to issue it "could block" until the
+        second does, or not (ISA 9.7.16.5, Table 46; its second example calls a program that relies on the
+        block non-deterministic): each half may free the peer's columns too, so each must be ordered after
+        every access to them ("it suffices to ensure that there are no concurrent Tensor Memory accesses from
+        the Peer CTA", Table 47). Checked as a write by `w`, not recorded: the peer's own half records the free
+        of its cells (the two halves are one operation and do not race with each other)."""
+        agent = self.warp(w)
+        desc = len(self.descs)
+        self.descs.append((agent.id, f"{_short(self.grid.program.where(w.last_index))} (its pair's deallocation "
+                                     "frees the peer CTA's columns too: PTX ISA 9.7.16.5)"))
+        columns = np.arange(column, min(column + ncols, TMEM_COLUMNS))
+        granules = (np.arange(4)[:, None] * TMEM_COLUMNS + columns[None, :]).reshape(-1)
+        self._access(self._shadow(memory, 4 * TMEM_COLUMNS), granules,
+                     Access(agent.id, agent.vc[agent.id], agent.vc, desc, False), True,
+                     lambda g: f"tensor memory lanes {int(g) // TMEM_COLUMNS * 32}..{int(g) // TMEM_COLUMNS * 32 + 31}"
+                               f" column {int(g) % TMEM_COLUMNS} of the peer CTA", record=False)
+
     def global_lanes(self, w, addresses, nbytes: int, write: bool, order=None) -> None:
         """A warp's access of `nbytes` at each of `addresses` in global memory; `order` as for `shared`."""
         addresses = np.asarray(addresses, np.int64)
@@ -306,7 +325,9 @@ class HappensBefore:
             bad |= (agents == a) & (clocks > access.vc.get(a, 0))
         return bad if bad.any() else None
 
-    def _access(self, shadow: Shadow, granules, access: Access, write: bool, where, proxies: bool = True) -> None:
+    def _access(self, shadow: Shadow, granules, access: Access, write: bool, where, proxies: bool = True,
+                record: bool = True) -> None:
+        """Check `access` of `granules` against the shadow's last write and reads; then, if `record`, enter it."""
         kind = "write" if write else "read"
         w_agent = shadow.w_agent[granules]
         w_clock = shadow.w_clock[granules]
@@ -331,6 +352,8 @@ class HappensBefore:
                     self._report(where(granules[k]), ("read", int(shadow.r_desc[slot, granules[k]])),
                                  (kind, access.desc), self._missing(access, int(r_agent[k]), int(r_clock[k]),
                                                                     int(shadow.r_scope[slot, granules[k]])))
+            if not record:
+                return
             shadow.w_agent[granules] = access.id
             shadow.w_clock[granules] = access.clock
             shadow.w_desc[granules] = access.desc
