@@ -38,12 +38,18 @@ event site); the scheduler does not know this module exists. Nothing here change
   every writing thread, then syncs). An mbarrier signalled by an asynchronous unit (complete-tx, commit) or
   from another CTA needs a `fence.mbarrier_init` by the initializing warp between its `mbarrier.init` and
   that signal.
+- **CTA pairs.** A `cta_group::2` alloc, dealloc or relinquish_alloc_permit orders nothing between the two
+  CTAs (ISA 9.7.16.5: the first warp "could block" until the second issues it; relying on it is
+  non-deterministic). Each warp's half of a pair's dealloc is checked as a write by that warp against the
+  peer CTA's tensor memory too (`pair_dealloc`): the first warp may free both CTAs' columns.
 - **A CTA's exit** writes the whole of its shared memory (its lifetime ends) as an agent that has seen what
   each of its warps had seen at exit: an asynchronous access not ordered before the exit races with it.
 - **Shadow memory.** Shared memory in 16-byte granules per CTA, tensor memory in (32-lane quarter, column)
   cells per CTA, global memory in 16-byte granules per registered region (made when first accessed). Each
   granule keeps its last write (agent, clock, PTX line, proxy) and up to two reads by agents not ordered
-  with each other. Proxies are checked in shared memory only.
+  with each other. Proxies are checked in shared memory only. An asynchronous unit that repeats its last
+  access of a memory (the same span, nothing else entered there since: the 32 lanes of a warp issuing one
+  TMA store) only moves that access's clock forward (`_repeat`): the full check could find nothing new.
 - **A race** is a pair of accesses to one granule, one a write, by different agents, the earlier not
   ordered before the later (or, across proxies, ordered without the fence). It is an EmulatorError of kind
   "race" raised at the second access, naming both PTX lines, both agents, the address and the missing order.
@@ -132,19 +138,20 @@ def covers(scope: int, cta, other) -> bool:
 
 
 class Shadow:
-    """Last write and two unordered reads per granule, as parallel arrays; `*_scope` is a strong access's
-    scope (0 for a weak one)."""
+    """Last write and two unordered reads per granule, as parallel arrays of three rows (row 0 the write,
+    rows 1 and 2 the reads: `w_*` and `r_*` are views of them, so that one gather checks all three);
+    `scope` is a strong access's scope (0 for a weak one). `version` counts the accesses entered
+    (HappensBefore._repeat)."""
 
     def __init__(self, n: int):
-        self.w_agent = np.full(n, -1, np.int32)
-        self.w_clock = np.zeros(n, np.int64)
-        self.w_desc = np.zeros(n, np.int32)
+        self.version = 0
+        self.agent = np.full((3, n), -1, np.int32)
+        self.clock = np.zeros((3, n), np.int64)
+        self.desc = np.zeros((3, n), np.int32)
+        self.scope = np.zeros((3, n), np.int8)
         self.w_async = np.zeros(n, bool)
-        self.w_scope = np.zeros(n, np.int8)
-        self.r_agent = np.full((2, n), -1, np.int32)
-        self.r_clock = np.zeros((2, n), np.int64)
-        self.r_desc = np.zeros((2, n), np.int32)
-        self.r_scope = np.zeros((2, n), np.int8)
+        self.w_agent, self.w_clock, self.w_desc, self.w_scope = self.agent[0], self.clock[0], self.desc[0], self.scope[0]
+        self.r_agent, self.r_clock, self.r_desc, self.r_scope = self.agent[1:], self.clock[1:], self.desc[1:], self.scope[1:]
 
 
 class HappensBefore:
@@ -162,6 +169,9 @@ class HappensBefore:
         self.cluster: dict = {}  # (id(cluster barrier), generation) -> [vc, waiting agents, complete]
         # a location's release sequence: (memory, address) -> {(releaser's CTA, scope): vector clock released}
         self.locations: dict = {}
+        # the last asynchronous span access entered per memory (HappensBefore._repeat):
+        # memory key -> (span key, agent id, shadow, its version after the access, granules, write)
+        self.repeats: dict = {}
 
     # ------------------------------------------------------------------ agents and descriptions
     def _new_agent(self, label: str, cta=None) -> Agent:
@@ -197,8 +207,12 @@ class HappensBefore:
         agent.tick()
         join(agent.vc, issuer.vc)
         issuer.tick()
-        desc = len(self.descs)
-        self.descs.append((agent.id, f"{_short(self.grid.program.where(w.last_index))} (issued by {issuer.label})"))
+        key = (agent.id, w.last_index, issuer.id)
+        desc = self.desc_index.get(key)
+        if desc is None:
+            desc = self.desc_index[key] = len(self.descs)
+            self.descs.append((agent.id, f"{_short(self.grid.program.where(w.last_index))} (issued by "
+                                         f"{issuer.label})"))
         return Access(agent.id, agent.vc[agent.id], dict(agent.vc), desc, True)
 
     def begin(self, access: Access | None) -> None:
@@ -224,13 +238,39 @@ class HappensBefore:
         access = self.stack[-1] if self.stack else None
         if access is None or nbytes <= 0:
             return
+        span = (offset, nbytes, write)
+        if self._repeat(id(memory), span, access):
+            return
         self._shared_granules(memory, np.arange(offset // GRANULE, (offset + nbytes - 1) // GRANULE + 1), access,
-                              write)
+                              write, repeat=(id(memory), span))
 
-    def _shared_granules(self, memory, granules, access: Access, write: bool) -> None:
+    def _shared_granules(self, memory, granules, access: Access, write: bool, repeat=None) -> None:
         """`access` of these 16-byte granules of one CTA's shared memory."""
         self._access(self._shadow(memory, memory.size // GRANULE + 1), granules, access, write,
-                     lambda g: f"shared 0x{(memory.rank << 24) | int(g) * GRANULE:x} (CTA rank {memory.rank})")
+                     lambda g: f"shared 0x{(memory.rank << 24) | int(g) * GRANULE:x} (CTA rank {memory.rank})",
+                     repeat=repeat)
+
+    def _repeat(self, memory_key, span, access: Access) -> bool:
+        """The fast path of an asynchronous unit repeating its last access of a memory: the same span, by the
+        same agent (a later operation of it: a later clock, a vector clock that includes the earlier one's),
+        with nothing else entered in that memory's shadow since. Every entry it meets is the earlier access's
+        own (skipped: same agent) or one the earlier access was checked against and found ordered (so is this
+        one); only its clock and description replace the earlier's. This is what the 32 lanes of a warp that
+        issue the same TMA store together make (each lane's copy is checked: bulk async-groups are per
+        thread), as exact as the full check."""
+        memo = self.repeats.get(memory_key)
+        if memo is None:
+            return False
+        key, agent_id, shadow, version, granules, write = memo
+        if key != span or agent_id != access.id or version != shadow.version:
+            return False
+        if write:
+            shadow.w_clock[granules] = access.clock
+            shadow.w_desc[granules] = access.desc
+        else:
+            shadow.r_clock[0, granules] = access.clock
+            shadow.r_desc[0, granules] = access.desc
+        return True
 
     def tmem(self, memory, lane: int, nlanes: int, column: int, ncols: int, write: bool) -> None:
         """Cells [lane, lane + nlanes) x [column, column + ncols) of one CTA's tensor memory, by the executing
@@ -276,10 +316,14 @@ class HappensBefore:
         """The executing asynchronous operation wrote global memory: (address, nbytes) pairs."""
         access = self.stack[-1] if self.stack else None
         if access is not None and spans:
+            span = tuple(spans)
+            if self._repeat("global", span, access):
+                return
             starts = np.array([a for a, _ in spans], np.int64)
-            self._global(starts, starts + np.array([n for _, n in spans], np.int64), access, True)
+            self._global(starts, starts + np.array([n for _, n in spans], np.int64), access, True,
+                         repeat=("global", span))
 
-    def _global(self, starts, ends, access, write) -> None:
+    def _global(self, starts, ends, access, write, repeat=None) -> None:
         """Bytes [starts[i], ends[i]) of global memory, shadowed per registered region."""
         lo, hi = int(starts.min()), int(ends.max())
         region = self.grid.global_memory.region(lo, hi - lo)
@@ -299,7 +343,7 @@ class HappensBefore:
             granules = np.unique(np.repeat(first, lengths) + offsets)
         shadow = self._shadow(view, (base + view.size - 1) // GRANULE - origin + 1)
         self._access(shadow, granules, access, write, lambda g: f"global 0x{(int(g) + origin) * GRANULE:x}",
-                     proxies=False)
+                     proxies=False, repeat=repeat)
 
     def _shadow(self, memory, granules: int) -> Shadow:
         shadow = self.shadows.get(id(memory))
@@ -326,43 +370,36 @@ class HappensBefore:
         return bad if bad.any() else None
 
     def _access(self, shadow: Shadow, granules, access: Access, write: bool, where, proxies: bool = True,
-                record: bool = True) -> None:
-        """Check `access` of `granules` against the shadow's last write and reads; then, if `record`, enter it."""
+                record: bool = True, repeat=None) -> None:
+        """Check `access` of `granules` against the shadow's last write and reads; then, if `record`, enter it
+        (`repeat`: (memory key, span key) of an asynchronous span access, for `_repeat`)."""
         kind = "write" if write else "read"
-        w_agent = shadow.w_agent[granules]
-        w_clock = shadow.w_clock[granules]
-        bad = self._unordered(w_agent, w_clock, access)
+        # one gather of the rows a write checks (its write and both reads) or a read needs (the write, and the
+        # first read for the slot logic below): entries not ordered before `access`, per row
+        agents = shadow.agent[:3 if write else 2, granules]
+        clocks = shadow.clock[:3 if write else 2, granules]
+        unordered = self._unordered(agents, clocks, access)
+        bad = unordered if write else (None if unordered is None or not unordered[0].any() else unordered[:1])
         if bad is not None and access.scope:
-            bad = self._not_morally_strong(bad, shadow.w_scope[granules], w_agent, access)
-        if bad is not None:
-            k = int(np.flatnonzero(bad)[0])
-            self._report(where(granules[k]), ("write", int(shadow.w_desc[granules[k]])), (kind, access.desc),
-                         self._missing(access, int(w_agent[k]), int(w_clock[k]), int(shadow.w_scope[granules[k]])))
+            bad = self._not_morally_strong(bad, shadow.scope[:bad.shape[0], granules], agents[:bad.shape[0]], access)
+        if bad is not None and bad[0].any():
+            self._report_row(shadow, granules, agents, clocks, bad, 0, access, kind, where)
         if access.asynchronous and proxies:
-            self._proxy_check(shadow, granules, w_agent, w_clock, access, kind, where)
+            self._proxy_check(shadow, granules, agents[0], clocks[0], access, kind, where)
         if write:
-            for slot in (0, 1):
-                r_agent = shadow.r_agent[slot, granules]
-                r_clock = shadow.r_clock[slot, granules]
-                bad = self._unordered(r_agent, r_clock, access)
-                if bad is not None and access.scope:
-                    bad = self._not_morally_strong(bad, shadow.r_scope[slot, granules], r_agent, access)
-                if bad is not None:
-                    k = int(np.flatnonzero(bad)[0])
-                    self._report(where(granules[k]), ("read", int(shadow.r_desc[slot, granules[k]])),
-                                 (kind, access.desc), self._missing(access, int(r_agent[k]), int(r_clock[k]),
-                                                                    int(shadow.r_scope[slot, granules[k]])))
+            if bad is not None:
+                for row in (1, 2):
+                    if bad[row].any():
+                        self._report_row(shadow, granules, agents, clocks, bad, row, access, kind, where)
             if not record:
                 return
-            shadow.w_agent[granules] = access.id
+            shadow.agent[:, granules] = ((access.id,), (-1,), (-1,))
             shadow.w_clock[granules] = access.clock
             shadow.w_desc[granules] = access.desc
             shadow.w_async[granules] = access.asynchronous
             shadow.w_scope[granules] = access.scope
-            shadow.r_agent[:, granules] = -1
         else:
-            r_agent = shadow.r_agent[0, granules]
-            keep = self._unordered(r_agent, shadow.r_clock[0, granules], access)
+            keep = None if unordered is None or not unordered[1].any() else unordered[1]
             if keep is not None:  # an earlier read not ordered before this one moves to the second slot
                 moved = granules[keep]
                 shadow.r_agent[1, moved] = shadow.r_agent[0, moved]
@@ -373,14 +410,27 @@ class HappensBefore:
             shadow.r_clock[0, granules] = access.clock
             shadow.r_desc[0, granules] = access.desc
             shadow.r_scope[0, granules] = access.scope
+        shadow.version += 1
+        if repeat is not None:
+            self.repeats[repeat[0]] = (repeat[1], access.id, shadow, shadow.version, granules, write)
+
+    def _report_row(self, shadow, granules, agents, clocks, bad, row: int, access: Access, kind: str, where):
+        """The race of `access` with the first unordered entry of `row` (0: the write, 1 and 2: reads)."""
+        k = int(np.flatnonzero(bad[row])[0])
+        g = granules[k]
+        self._report(where(g), ("write" if row == 0 else "read", int(shadow.desc[row, g])), (kind, access.desc),
+                     self._missing(access, int(agents[row, k]), int(clocks[row, k]), int(shadow.scope[row, g])))
 
     def _not_morally_strong(self, bad, scopes, agents, access):
-        """`bad` (unordered earlier entries) less those that are morally strong with the strong `access`
-        (ISA 8.7: both strong, each one's scope including the other's thread): such pairs do not race."""
+        """`bad` (unordered earlier entries, any shape) less those that are morally strong with the strong
+        `access` (ISA 8.7: both strong, each one's scope including the other's thread): such pairs do not
+        race."""
         cta = self.agents[access.id].cta
-        for k in np.flatnonzero(bad & (scopes > 0)).tolist():
-            if covers(min(int(scopes[k]), access.scope), self.agents[int(agents[k])].cta, cta):
-                bad[k] = False
+        bad = bad.copy()
+        flat, flat_scopes, flat_agents = bad.reshape(-1), scopes.reshape(-1), agents.reshape(-1)
+        for k in np.flatnonzero(flat & (flat_scopes > 0)).tolist():
+            if covers(min(int(flat_scopes[k]), access.scope), self.agents[int(flat_agents[k])].cta, cta):
+                flat[k] = False
         return bad if bad.any() else None
 
     def _proxy_check(self, shadow, granules, w_agent, w_clock, access, kind, where) -> None:
