@@ -139,19 +139,29 @@ def covers(scope: int, cta, other) -> bool:
 
 class Shadow:
     """Last write and two unordered reads per granule, as parallel arrays of three rows (row 0 the write,
-    rows 1 and 2 the reads: `w_*` and `r_*` are views of them, so that one gather checks all three);
-    `scope` is a strong access's scope (0 for a weak one). `version` counts the accesses entered
-    (HappensBefore._repeat)."""
+    rows 1 and 2 the reads), each row of `shape` ((n,) granules, or (4 quarters, 512 columns) of tensor
+    memory); `scope` is a strong access's scope (0 for a weak one). An empty entry (agent -1) has clock 0, so
+    that no threshold is below it (HappensBefore._unordered). `w_generic`: the last write went through the
+    generic proxy. `version` counts the accesses entered (HappensBefore._repeat). A selection of granules is
+    an index array, or a slice (a tuple of slices for tensor memory): a view, the cheapest to read and write."""
 
-    def __init__(self, n: int):
+    def __init__(self, shape):
+        self.shape = tuple(shape) if isinstance(shape, tuple) else (shape,)
         self.version = 0
-        self.agent = np.full((3, n), -1, np.int32)
-        self.clock = np.zeros((3, n), np.int64)
-        self.desc = np.zeros((3, n), np.int32)
-        self.scope = np.zeros((3, n), np.int8)
-        self.w_async = np.zeros(n, bool)
-        self.w_agent, self.w_clock, self.w_desc, self.w_scope = self.agent[0], self.clock[0], self.desc[0], self.scope[0]
-        self.r_agent, self.r_clock, self.r_desc, self.r_scope = self.agent[1:], self.clock[1:], self.desc[1:], self.scope[1:]
+        self.agent = np.full((3, *self.shape), -1, np.int32)
+        self.clock = np.zeros((3, *self.shape), np.int64)
+        self.desc = np.zeros((3, *self.shape), np.int32)
+        self.scope = np.zeros((3, *self.shape), np.int8)
+        self.w_generic = np.zeros(self.shape, bool)
+
+    def first(self, selection, mask) -> tuple:
+        """(position, granule) of the lowest granule of `selection` that `mask` (over the selection) holds:
+        the one a report names, whatever the order of an index array and its repeats."""
+        if isinstance(selection, np.ndarray):
+            g = int(selection[mask].min())
+            return int(np.flatnonzero(mask & (selection == g))[0]), g
+        k = int(np.flatnonzero(mask)[0])  # slices ascend
+        return k, int(np.arange(int(np.prod(self.shape))).reshape(self.shape)[selection].reshape(-1)[k])
 
 
 class HappensBefore:
@@ -228,7 +238,7 @@ class HappensBefore:
         offsets = np.asarray(offsets, np.int64)
         first = offsets // GRANULE
         last = (offsets + nbytes - 1) // GRANULE
-        granules = np.unique(np.concatenate([first, last])) if (first != last).any() else np.unique(first)
+        granules = np.concatenate([first, last]) if (first != last).any() else first  # repeats allowed
         self._shared_granules(memory, granules, self.warp_access(w, order.scope if order is not None else 0), write)
         if order is not None:
             self._synchronize(w, id(memory), offsets, nbytes, order)
@@ -241,7 +251,7 @@ class HappensBefore:
         span = (offset, nbytes, write)
         if self._repeat(id(memory), span, access):
             return
-        self._shared_granules(memory, np.arange(offset // GRANULE, (offset + nbytes - 1) // GRANULE + 1), access,
+        self._shared_granules(memory, slice(offset // GRANULE, (offset + nbytes - 1) // GRANULE + 1), access,
                               write, repeat=(id(memory), span))
 
     def _shared_granules(self, memory, granules, access: Access, write: bool, repeat=None) -> None:
@@ -264,12 +274,9 @@ class HappensBefore:
         key, agent_id, shadow, version, granules, write = memo
         if key != span or agent_id != access.id or version != shadow.version:
             return False
-        if write:
-            shadow.w_clock[granules] = access.clock
-            shadow.w_desc[granules] = access.desc
-        else:
-            shadow.r_clock[0, granules] = access.clock
-            shadow.r_desc[0, granules] = access.desc
+        row = 0 if write else 1
+        shadow.clock[row][granules] = access.clock
+        shadow.desc[row][granules] = access.desc
         return True
 
     def tmem(self, memory, lane: int, nlanes: int, column: int, ncols: int, write: bool) -> None:
@@ -278,10 +285,9 @@ class HappensBefore:
         access = self.stack[-1] if self.stack else None
         if access is None:
             return
-        quarters = np.arange(lane // TMEM_QUARTER, min(lane + nlanes - 1, 127) // TMEM_QUARTER + 1)
-        columns = np.arange(column, min(column + ncols, TMEM_COLUMNS))  # beyond: tcgen05.py's check reports it
-        granules = (quarters[:, None] * TMEM_COLUMNS + columns[None, :]).reshape(-1)
-        self._access(self._shadow(memory, 4 * TMEM_COLUMNS), granules, access, write,
+        granules = (slice(lane // TMEM_QUARTER, min(lane + nlanes - 1, 127) // TMEM_QUARTER + 1),
+                    slice(column, min(column + ncols, TMEM_COLUMNS)))  # beyond: tcgen05.py's check reports it
+        self._access(self._shadow(memory, (4, TMEM_COLUMNS)), granules, access, write,
                      lambda g: f"tensor memory lanes {int(g) // TMEM_COLUMNS * 32}..{int(g) // TMEM_COLUMNS * 32 + 31}"
                                f" column {int(g) % TMEM_COLUMNS}")
 
@@ -297,9 +303,8 @@ class HappensBefore:
         desc = len(self.descs)
         self.descs.append((agent.id, f"{_short(self.grid.program.where(w.last_index))} (its pair's deallocation "
                                      "frees the peer CTA's columns too: PTX ISA 9.7.16.5)"))
-        columns = np.arange(column, min(column + ncols, TMEM_COLUMNS))
-        granules = (np.arange(4)[:, None] * TMEM_COLUMNS + columns[None, :]).reshape(-1)
-        self._access(self._shadow(memory, 4 * TMEM_COLUMNS), granules,
+        granules = (slice(0, 4), slice(column, min(column + ncols, TMEM_COLUMNS)))
+        self._access(self._shadow(memory, (4, TMEM_COLUMNS)), granules,
                      Access(agent.id, agent.vc[agent.id], agent.vc, desc, False), True,
                      lambda g: f"tensor memory lanes {int(g) // TMEM_COLUMNS * 32}..{int(g) // TMEM_COLUMNS * 32 + 31}"
                                f" column {int(g) % TMEM_COLUMNS} of the peer CTA", record=False)
@@ -337,18 +342,18 @@ class HappensBefore:
         first, last = starts // GRANULE - origin, (ends - 1) // GRANULE - origin
         lengths = last - first + 1
         if (lengths == 1).all():
-            granules = np.unique(first)
+            granules = first  # repeats and any order: _access allows both
         else:
             offsets = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-            granules = np.unique(np.repeat(first, lengths) + offsets)
+            granules = np.repeat(first, lengths) + offsets
         shadow = self._shadow(view, (base + view.size - 1) // GRANULE - origin + 1)
         self._access(shadow, granules, access, write, lambda g: f"global 0x{(int(g) + origin) * GRANULE:x}",
                      proxies=False, repeat=repeat)
 
-    def _shadow(self, memory, granules: int) -> Shadow:
+    def _shadow(self, memory, shape) -> Shadow:
         shadow = self.shadows.get(id(memory))
         if shadow is None:
-            shadow = self.shadows[id(memory)] = Shadow(granules)
+            shadow = self.shadows[id(memory)] = Shadow(shape)
         return shadow
 
     def _unordered(self, agents, clocks, access):
@@ -356,11 +361,18 @@ class HappensBefore:
         or None when every entry is ordered."""
         if not agents.size:
             return None
-        low, high = int(agents.min()), int(agents.max())
-        if low == high:  # the common case: one agent wrote (or read) the whole span
-            if low < 0 or low == access.id:
+        first = int(agents.flat[0])
+        if (agents == first).all():  # the common case: one agent wrote (or read) the whole span, or none did
+            if first < 0 or first == access.id:
                 return None
-            bad = clocks > access.vc.get(low, 0)
+            bad = clocks > access.vc.get(first, 0)
+            return bad if bad.any() else None
+        if agents.size > 4 * len(self.agents):  # a large span (a CTA's exit): one threshold per agent, gathered
+            thresholds = np.zeros(len(self.agents) + 1, np.int64)  # an agent not in the vector clock: 0
+            for a, seen in access.vc.items():
+                thresholds[a] = seen
+            thresholds[access.id] = thresholds[-1] = np.iinfo(np.int64).max  # itself; -1: an empty entry
+            bad = clocks > thresholds[agents]
             return bad if bad.any() else None
         bad = np.zeros(agents.shape, bool)
         for a in np.unique(agents).tolist():
@@ -371,60 +383,67 @@ class HappensBefore:
 
     def _access(self, shadow: Shadow, granules, access: Access, write: bool, where, proxies: bool = True,
                 record: bool = True, repeat=None) -> None:
-        """Check `access` of `granules` against the shadow's last write and reads; then, if `record`, enter it
-        (`repeat`: (memory key, span key) of an asynchronous span access, for `_repeat`)."""
+        """Check `access` of `granules` (a selection: Shadow; an index array may repeat granules and be in any
+        order) against the shadow's last write and reads; then, if `record`, enter it (`repeat`: (memory key,
+        span key) of an asynchronous span access, for `_repeat`)."""
         kind = "write" if write else "read"
-        # one gather of the rows a write checks (its write and both reads) or a read needs (the write, and the
-        # first read for the slot logic below): entries not ordered before `access`, per row
-        agents = shadow.agent[:3 if write else 2, granules]
-        clocks = shadow.clock[:3 if write else 2, granules]
-        unordered = self._unordered(agents, clocks, access)
-        bad = unordered if write else (None if unordered is None or not unordered[0].any() else unordered[:1])
+        agent, clock = shadow.agent, shadow.clock
+        w_agent = agent[0][granules]
+        w_clock = clock[0][granules]
+        bad = self._unordered(w_agent, w_clock, access)
         if bad is not None and access.scope:
-            bad = self._not_morally_strong(bad, shadow.scope[:bad.shape[0], granules], agents[:bad.shape[0]], access)
-        if bad is not None and bad[0].any():
-            self._report_row(shadow, granules, agents, clocks, bad, 0, access, kind, where)
+            bad = self._not_morally_strong(bad, shadow.scope[0][granules], w_agent, access)
+        if bad is not None:
+            self._report_entry(shadow, granules, 0, bad, w_agent, w_clock, access, kind, where)
         if access.asynchronous and proxies:
-            self._proxy_check(shadow, granules, agents[0], clocks[0], access, kind, where)
+            self._proxy_check(shadow, granules, w_agent, w_clock, access, kind, where)
         if write:
-            if bad is not None:
-                for row in (1, 2):
-                    if bad[row].any():
-                        self._report_row(shadow, granules, agents, clocks, bad, row, access, kind, where)
+            for row in (1, 2):
+                r_agent = agent[row][granules]
+                r_clock = clock[row][granules]
+                bad = self._unordered(r_agent, r_clock, access)
+                if bad is not None and access.scope:
+                    bad = self._not_morally_strong(bad, shadow.scope[row][granules], r_agent, access)
+                if bad is not None:
+                    self._report_entry(shadow, granules, row, bad, r_agent, r_clock, access, kind, where)
             if not record:
                 return
-            shadow.agent[:, granules] = ((access.id,), (-1,), (-1,))
-            shadow.w_clock[granules] = access.clock
-            shadow.w_desc[granules] = access.desc
-            shadow.w_async[granules] = access.asynchronous
-            shadow.w_scope[granules] = access.scope
+            agent[0][granules] = access.id
+            agent[1][granules] = -1
+            agent[2][granules] = -1
+            clock[0][granules] = access.clock
+            clock[1][granules] = 0
+            clock[2][granules] = 0
+            shadow.desc[0][granules] = access.desc
+            shadow.scope[0][granules] = access.scope
+            shadow.w_generic[granules] = not access.asynchronous
         else:
-            keep = None if unordered is None or not unordered[1].any() else unordered[1]
+            keep = self._unordered(agent[1][granules], clock[1][granules], access)
             if keep is not None:  # an earlier read not ordered before this one moves to the second slot
-                moved = granules[keep]
-                shadow.r_agent[1, moved] = shadow.r_agent[0, moved]
-                shadow.r_clock[1, moved] = shadow.r_clock[0, moved]
-                shadow.r_desc[1, moved] = shadow.r_desc[0, moved]
-                shadow.r_scope[1, moved] = shadow.r_scope[0, moved]
-            shadow.r_agent[0, granules] = access.id
-            shadow.r_clock[0, granules] = access.clock
-            shadow.r_desc[0, granules] = access.desc
-            shadow.r_scope[0, granules] = access.scope
+                for array in (agent, clock, shadow.desc, shadow.scope):
+                    if isinstance(granules, np.ndarray):
+                        moved = granules[keep]
+                        array[2][moved] = array[1][moved]
+                    else:  # views
+                        array[2][granules][keep] = array[1][granules][keep]
+            agent[1][granules] = access.id
+            clock[1][granules] = access.clock
+            shadow.desc[1][granules] = access.desc
+            shadow.scope[1][granules] = access.scope
         shadow.version += 1
         if repeat is not None:
             self.repeats[repeat[0]] = (repeat[1], access.id, shadow, shadow.version, granules, write)
 
-    def _report_row(self, shadow, granules, agents, clocks, bad, row: int, access: Access, kind: str, where):
+    def _report_entry(self, shadow, granules, row: int, bad, agents, clocks, access: Access, kind: str, where):
         """The race of `access` with the first unordered entry of `row` (0: the write, 1 and 2: reads)."""
-        k = int(np.flatnonzero(bad[row])[0])
-        g = granules[k]
-        self._report(where(g), ("write" if row == 0 else "read", int(shadow.desc[row, g])), (kind, access.desc),
-                     self._missing(access, int(agents[row, k]), int(clocks[row, k]), int(shadow.scope[row, g])))
+        k, g = shadow.first(granules, bad)
+        self._report(where(g), ("write" if row == 0 else "read", int(shadow.desc[row].reshape(-1)[g])),
+                     (kind, access.desc), self._missing(access, int(agents.reshape(-1)[k]), int(clocks.reshape(-1)[k]),
+                                                        int(shadow.scope[row].reshape(-1)[g])))
 
     def _not_morally_strong(self, bad, scopes, agents, access):
-        """`bad` (unordered earlier entries, any shape) less those that are morally strong with the strong
-        `access` (ISA 8.7: both strong, each one's scope including the other's thread): such pairs do not
-        race."""
+        """`bad` (unordered earlier entries) less those that are morally strong with the strong `access`
+        (ISA 8.7: both strong, each one's scope including the other's thread): such pairs do not race."""
         cta = self.agents[access.id].cta
         bad = bad.copy()
         flat, flat_scopes, flat_agents = bad.reshape(-1), scopes.reshape(-1), agents.reshape(-1)
@@ -435,7 +454,10 @@ class HappensBefore:
 
     def _proxy_check(self, shadow, granules, w_agent, w_clock, access, kind, where) -> None:
         """An async-proxy access after a generic-proxy write: the writer must have fenced in between."""
-        generic = (w_agent >= 0) & (w_agent != access.id) & ~shadow.w_async[granules]
+        generic = shadow.w_generic[granules]
+        if not generic.any():
+            return
+        generic = generic & (w_agent != access.id)
         if not generic.any():
             return
         pairs = set(zip(w_agent[generic].tolist(), w_clock[generic].tolist()))
@@ -444,8 +466,8 @@ class HappensBefore:
             i = bisect_left(fences, clock)
             if i < len(fences) and fences[i] <= access.vc.get(agent_id, 0):
                 continue
-            k = int(np.flatnonzero(generic & (w_agent == agent_id) & (w_clock == clock))[0])
-            self._report(where(granules[k]), ("generic-proxy write", int(shadow.w_desc[granules[k]])),
+            _, g = shadow.first(granules, generic & (w_agent == agent_id) & (w_clock == clock))
+            self._report(where(g), ("generic-proxy write", int(shadow.desc[0].reshape(-1)[g])),
                          (f"async-proxy {kind}", access.desc),
                          f"ordered, but {self.agents[agent_id].label} executed no fence.proxy.async between its "
                          "write and this access (PTX ISA 8: generic and async proxies)")
@@ -626,7 +648,7 @@ class HappensBefore:
             join(agent.vc, self.warp(w).vc)
         desc = len(self.descs)
         self.descs.append((agent.id, "the CTA's last warp exited"))
-        self._shared_granules(cta.shared, np.arange(cta.shared.size // GRANULE),
+        self._shared_granules(cta.shared, slice(0, cta.shared.size // GRANULE),
                               Access(agent.id, agent.vc[agent.id], agent.vc, desc, False), True)
 
     # ------------------------------------------------------------------ reports
