@@ -221,8 +221,8 @@ class HappensBefore:
         desc = self.desc_index.get(key)
         if desc is None:
             desc = self.desc_index[key] = len(self.descs)
-            self.descs.append((agent.id, f"{_short(self.grid.program.where(w.last_index))} (issued by "
-                                         f"{issuer.label})"))
+            text = f"{_short(self.grid.program.where(w.last_index))} (issued by {issuer.label})"
+            self.descs.append((agent.id, text))
         return Access(agent.id, agent.vc[agent.id], dict(agent.vc), desc, True)
 
     def begin(self, access: Access | None) -> None:
@@ -301,8 +301,9 @@ class HappensBefore:
         of its cells (the two halves are one operation and do not race with each other)."""
         agent = self.warp(w)
         desc = len(self.descs)
-        self.descs.append((agent.id, f"{_short(self.grid.program.where(w.last_index))} (its pair's deallocation "
-                                     "frees the peer CTA's columns too: PTX ISA 9.7.16.5)"))
+        text = (f"{_short(self.grid.program.where(w.last_index))} (its pair's deallocation frees the peer CTA's "
+                "columns too: PTX ISA 9.7.16.5)")
+        self.descs.append((agent.id, text))
         granules = (slice(0, 4), slice(column, min(column + ncols, TMEM_COLUMNS)))
         self._access(self._shadow(memory, (4, TMEM_COLUMNS)), granules,
                      Access(agent.id, agent.vc[agent.id], agent.vc, desc, False), True,
