@@ -8,7 +8,10 @@ B200s, loud on each planted defect, in both timing modes.
   4 tiles of 256 weight rows, K = 2560 = 10 K-blocks through 8 stages) with each defect of
   tests/ptx_defects.py planted: RACE (exit 6) naming the two accesses (emulator/DESIGN.md has the table).
   The known-good runs with --races are test_emulator_nvidia.py's and test_emulator_submission.py's own
-  cases (they pass --races), and the race found in our kernel has its own test here.
+  cases (they pass --races) and test_emulator_race_sweep.py's sweep (long), and the race found in our
+  kernel has its own test here.
+- The 2-CTA teardown (issue 48): NVIDIA's pair of two tiles (PASS under DSL 4.5.x, the DSL's re-init RACE
+  under 4.3.x), and tests/ptx_pair_defects.py's teardown defects planted in ours and NVIDIA's: RACE.
 Quick: the small kernels and one kernel case per defect class; the rest is `long`.
 """
 
