@@ -38,12 +38,18 @@ event site); the scheduler does not know this module exists. Nothing here change
   every writing thread, then syncs). An mbarrier signalled by an asynchronous unit (complete-tx, commit) or
   from another CTA needs a `fence.mbarrier_init` by the initializing warp between its `mbarrier.init` and
   that signal.
+- **CTA pairs.** A `cta_group::2` alloc, dealloc or relinquish_alloc_permit orders nothing between the two
+  CTAs (ISA 9.7.16.5: the first warp "could block" until the second issues it; relying on it is
+  non-deterministic). Each warp's half of a pair's dealloc is checked as a write by that warp against the
+  peer CTA's tensor memory too (`pair_dealloc`): the first warp may free both CTAs' columns.
 - **A CTA's exit** writes the whole of its shared memory (its lifetime ends) as an agent that has seen what
   each of its warps had seen at exit: an asynchronous access not ordered before the exit races with it.
 - **Shadow memory.** Shared memory in 16-byte granules per CTA, tensor memory in (32-lane quarter, column)
   cells per CTA, global memory in 16-byte granules per registered region (made when first accessed). Each
   granule keeps its last write (agent, clock, PTX line, proxy) and up to two reads by agents not ordered
-  with each other. Proxies are checked in shared memory only.
+  with each other. Proxies are checked in shared memory only. An asynchronous unit that repeats its last
+  access of a memory (the same span, nothing else entered there since: the 32 lanes of a warp issuing one
+  TMA store) only moves that access's clock forward (`_repeat`): the full check could find nothing new.
 - **A race** is a pair of accesses to one granule, one a write, by different agents, the earlier not
   ordered before the later (or, across proxies, ordered without the fence). It is an EmulatorError of kind
   "race" raised at the second access, naming both PTX lines, both agents, the address and the missing order.
@@ -132,19 +138,30 @@ def covers(scope: int, cta, other) -> bool:
 
 
 class Shadow:
-    """Last write and two unordered reads per granule, as parallel arrays; `*_scope` is a strong access's
-    scope (0 for a weak one)."""
+    """Last write and two unordered reads per granule, as parallel arrays of three rows (row 0 the write,
+    rows 1 and 2 the reads), each row of `shape` ((n,) granules, or (4 quarters, 512 columns) of tensor
+    memory); `scope` is a strong access's scope (0 for a weak one). An empty entry (agent -1) has clock 0, so
+    that no threshold is below it (HappensBefore._unordered). `w_generic`: the last write went through the
+    generic proxy. `version` counts the accesses entered (HappensBefore._repeat). A selection of granules is
+    an index array, or a slice (a tuple of slices for tensor memory): a view, the cheapest to read and write."""
 
-    def __init__(self, n: int):
-        self.w_agent = np.full(n, -1, np.int32)
-        self.w_clock = np.zeros(n, np.int64)
-        self.w_desc = np.zeros(n, np.int32)
-        self.w_async = np.zeros(n, bool)
-        self.w_scope = np.zeros(n, np.int8)
-        self.r_agent = np.full((2, n), -1, np.int32)
-        self.r_clock = np.zeros((2, n), np.int64)
-        self.r_desc = np.zeros((2, n), np.int32)
-        self.r_scope = np.zeros((2, n), np.int8)
+    def __init__(self, shape):
+        self.shape = tuple(shape) if isinstance(shape, tuple) else (shape,)
+        self.version = 0
+        self.agent = np.full((3, *self.shape), -1, np.int32)
+        self.clock = np.zeros((3, *self.shape), np.int64)
+        self.desc = np.zeros((3, *self.shape), np.int32)
+        self.scope = np.zeros((3, *self.shape), np.int8)
+        self.w_generic = np.zeros(self.shape, bool)
+
+    def first(self, selection, mask) -> tuple:
+        """(position, granule) of the lowest granule of `selection` that `mask` (over the selection) holds:
+        the one a report names, whatever the order of an index array and its repeats."""
+        if isinstance(selection, np.ndarray):
+            g = int(selection[mask].min())
+            return int(np.flatnonzero(mask & (selection == g))[0]), g
+        k = int(np.flatnonzero(mask)[0])  # slices ascend
+        return k, int(np.arange(int(np.prod(self.shape))).reshape(self.shape)[selection].reshape(-1)[k])
 
 
 class HappensBefore:
@@ -162,6 +179,9 @@ class HappensBefore:
         self.cluster: dict = {}  # (id(cluster barrier), generation) -> [vc, waiting agents, complete]
         # a location's release sequence: (memory, address) -> {(releaser's CTA, scope): vector clock released}
         self.locations: dict = {}
+        # the last asynchronous span access entered per memory (HappensBefore._repeat):
+        # memory key -> (span key, agent id, shadow, its version after the access, granules, write)
+        self.repeats: dict = {}
 
     # ------------------------------------------------------------------ agents and descriptions
     def _new_agent(self, label: str, cta=None) -> Agent:
@@ -197,8 +217,12 @@ class HappensBefore:
         agent.tick()
         join(agent.vc, issuer.vc)
         issuer.tick()
-        desc = len(self.descs)
-        self.descs.append((agent.id, f"{_short(self.grid.program.where(w.last_index))} (issued by {issuer.label})"))
+        key = (agent.id, w.last_index, issuer.id)
+        desc = self.desc_index.get(key)
+        if desc is None:
+            desc = self.desc_index[key] = len(self.descs)
+            text = f"{_short(self.grid.program.where(w.last_index))} (issued by {issuer.label})"
+            self.descs.append((agent.id, text))
         return Access(agent.id, agent.vc[agent.id], dict(agent.vc), desc, True)
 
     def begin(self, access: Access | None) -> None:
@@ -214,7 +238,7 @@ class HappensBefore:
         offsets = np.asarray(offsets, np.int64)
         first = offsets // GRANULE
         last = (offsets + nbytes - 1) // GRANULE
-        granules = np.unique(np.concatenate([first, last])) if (first != last).any() else np.unique(first)
+        granules = np.concatenate([first, last]) if (first != last).any() else first  # repeats allowed
         self._shared_granules(memory, granules, self.warp_access(w, order.scope if order is not None else 0), write)
         if order is not None:
             self._synchronize(w, id(memory), offsets, nbytes, order)
@@ -224,13 +248,36 @@ class HappensBefore:
         access = self.stack[-1] if self.stack else None
         if access is None or nbytes <= 0:
             return
-        self._shared_granules(memory, np.arange(offset // GRANULE, (offset + nbytes - 1) // GRANULE + 1), access,
-                              write)
+        span = (offset, nbytes, write)
+        if self._repeat(id(memory), span, access):
+            return
+        self._shared_granules(memory, slice(offset // GRANULE, (offset + nbytes - 1) // GRANULE + 1), access,
+                              write, repeat=(id(memory), span))
 
-    def _shared_granules(self, memory, granules, access: Access, write: bool) -> None:
+    def _shared_granules(self, memory, granules, access: Access, write: bool, repeat=None) -> None:
         """`access` of these 16-byte granules of one CTA's shared memory."""
         self._access(self._shadow(memory, memory.size // GRANULE + 1), granules, access, write,
-                     lambda g: f"shared 0x{(memory.rank << 24) | int(g) * GRANULE:x} (CTA rank {memory.rank})")
+                     lambda g: f"shared 0x{(memory.rank << 24) | int(g) * GRANULE:x} (CTA rank {memory.rank})",
+                     repeat=repeat)
+
+    def _repeat(self, memory_key, span, access: Access) -> bool:
+        """The fast path of an asynchronous unit repeating its last access of a memory: the same span, by the
+        same agent (a later operation of it: a later clock, a vector clock that includes the earlier one's),
+        with nothing else entered in that memory's shadow since. Every entry it meets is the earlier access's
+        own (skipped: same agent) or one the earlier access was checked against and found ordered (so is this
+        one); only its clock and description replace the earlier's. This is what the 32 lanes of a warp that
+        issue the same TMA store together make (each lane's copy is checked: bulk async-groups are per
+        thread), as exact as the full check."""
+        memo = self.repeats.get(memory_key)
+        if memo is None:
+            return False
+        key, agent_id, shadow, version, granules, write = memo
+        if key != span or agent_id != access.id or version != shadow.version:
+            return False
+        row = 0 if write else 1
+        shadow.clock[row][granules] = access.clock
+        shadow.desc[row][granules] = access.desc
+        return True
 
     def tmem(self, memory, lane: int, nlanes: int, column: int, ncols: int, write: bool) -> None:
         """Cells [lane, lane + nlanes) x [column, column + ncols) of one CTA's tensor memory, by the executing
@@ -238,12 +285,30 @@ class HappensBefore:
         access = self.stack[-1] if self.stack else None
         if access is None:
             return
-        quarters = np.arange(lane // TMEM_QUARTER, min(lane + nlanes - 1, 127) // TMEM_QUARTER + 1)
-        columns = np.arange(column, min(column + ncols, TMEM_COLUMNS))  # beyond: tcgen05.py's check reports it
-        granules = (quarters[:, None] * TMEM_COLUMNS + columns[None, :]).reshape(-1)
-        self._access(self._shadow(memory, 4 * TMEM_COLUMNS), granules, access, write,
+        granules = (slice(lane // TMEM_QUARTER, min(lane + nlanes - 1, 127) // TMEM_QUARTER + 1),
+                    slice(column, min(column + ncols, TMEM_COLUMNS)))  # beyond: tcgen05.py's check reports it
+        self._access(self._shadow(memory, (4, TMEM_COLUMNS)), granules, access, write,
                      lambda g: f"tensor memory lanes {int(g) // TMEM_COLUMNS * 32}..{int(g) // TMEM_COLUMNS * 32 + 31}"
                                f" column {int(g) % TMEM_COLUMNS}")
+
+    def pair_dealloc(self, w, memory, column: int, ncols: int) -> None:
+        """Warp `w`'s half of a `tcgen05.dealloc.cta_group::2` against the peer CTA's tensor memory `memory`.
+        The two warps perform the deallocation collectively, and the first to issue it "could block" until the
+        second does, or not (ISA 9.7.16.5, Table 46; its second example calls a program that relies on the
+        block non-deterministic): each half may free the peer's columns too, so each must be ordered after
+        every access to them ("it suffices to ensure that there are no concurrent Tensor Memory accesses from
+        the Peer CTA", Table 47). Checked as a write by `w`, not recorded: the peer's own half records the free
+        of its cells (the two halves are one operation and do not race with each other)."""
+        agent = self.warp(w)
+        desc = len(self.descs)
+        text = (f"{_short(self.grid.program.where(w.last_index))} (its pair's deallocation frees the peer CTA's "
+                "columns too: PTX ISA 9.7.16.5)")
+        self.descs.append((agent.id, text))
+        granules = (slice(0, 4), slice(column, min(column + ncols, TMEM_COLUMNS)))
+        self._access(self._shadow(memory, (4, TMEM_COLUMNS)), granules,
+                     Access(agent.id, agent.vc[agent.id], agent.vc, desc, False), True,
+                     lambda g: f"tensor memory lanes {int(g) // TMEM_COLUMNS * 32}..{int(g) // TMEM_COLUMNS * 32 + 31}"
+                               f" column {int(g) % TMEM_COLUMNS} of the peer CTA", record=False)
 
     def global_lanes(self, w, addresses, nbytes: int, write: bool, order=None) -> None:
         """A warp's access of `nbytes` at each of `addresses` in global memory; `order` as for `shared`."""
@@ -257,10 +322,14 @@ class HappensBefore:
         """The executing asynchronous operation wrote global memory: (address, nbytes) pairs."""
         access = self.stack[-1] if self.stack else None
         if access is not None and spans:
+            span = tuple(spans)
+            if self._repeat("global", span, access):
+                return
             starts = np.array([a for a, _ in spans], np.int64)
-            self._global(starts, starts + np.array([n for _, n in spans], np.int64), access, True)
+            self._global(starts, starts + np.array([n for _, n in spans], np.int64), access, True,
+                         repeat=("global", span))
 
-    def _global(self, starts, ends, access, write) -> None:
+    def _global(self, starts, ends, access, write, repeat=None) -> None:
         """Bytes [starts[i], ends[i]) of global memory, shadowed per registered region."""
         lo, hi = int(starts.min()), int(ends.max())
         region = self.grid.global_memory.region(lo, hi - lo)
@@ -274,18 +343,18 @@ class HappensBefore:
         first, last = starts // GRANULE - origin, (ends - 1) // GRANULE - origin
         lengths = last - first + 1
         if (lengths == 1).all():
-            granules = np.unique(first)
+            granules = first  # repeats and any order: _access allows both
         else:
             offsets = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-            granules = np.unique(np.repeat(first, lengths) + offsets)
+            granules = np.repeat(first, lengths) + offsets
         shadow = self._shadow(view, (base + view.size - 1) // GRANULE - origin + 1)
         self._access(shadow, granules, access, write, lambda g: f"global 0x{(int(g) + origin) * GRANULE:x}",
-                     proxies=False)
+                     proxies=False, repeat=repeat)
 
-    def _shadow(self, memory, granules: int) -> Shadow:
+    def _shadow(self, memory, shape) -> Shadow:
         shadow = self.shadows.get(id(memory))
         if shadow is None:
-            shadow = self.shadows[id(memory)] = Shadow(granules)
+            shadow = self.shadows[id(memory)] = Shadow(shape)
         return shadow
 
     def _unordered(self, agents, clocks, access):
@@ -293,11 +362,18 @@ class HappensBefore:
         or None when every entry is ordered."""
         if not agents.size:
             return None
-        low, high = int(agents.min()), int(agents.max())
-        if low == high:  # the common case: one agent wrote (or read) the whole span
-            if low < 0 or low == access.id:
+        first = int(agents.flat[0])
+        if (agents == first).all():  # the common case: one agent wrote (or read) the whole span, or none did
+            if first < 0 or first == access.id:
                 return None
-            bad = clocks > access.vc.get(low, 0)
+            bad = clocks > access.vc.get(first, 0)
+            return bad if bad.any() else None
+        if agents.size > 4 * len(self.agents):  # a large span (a CTA's exit): one threshold per agent, gathered
+            thresholds = np.zeros(len(self.agents) + 1, np.int64)  # an agent not in the vector clock: 0
+            for a, seen in access.vc.items():
+                thresholds[a] = seen
+            thresholds[access.id] = thresholds[-1] = np.iinfo(np.int64).max  # itself; -1: an empty entry
+            bad = clocks > thresholds[agents]
             return bad if bad.any() else None
         bad = np.zeros(agents.shape, bool)
         for a in np.unique(agents).tolist():
@@ -306,63 +382,83 @@ class HappensBefore:
             bad |= (agents == a) & (clocks > access.vc.get(a, 0))
         return bad if bad.any() else None
 
-    def _access(self, shadow: Shadow, granules, access: Access, write: bool, where, proxies: bool = True) -> None:
+    def _access(self, shadow: Shadow, granules, access: Access, write: bool, where, proxies: bool = True,
+                record: bool = True, repeat=None) -> None:
+        """Check `access` of `granules` (a selection: Shadow; an index array may repeat granules and be in any
+        order) against the shadow's last write and reads; then, if `record`, enter it (`repeat`: (memory key,
+        span key) of an asynchronous span access, for `_repeat`)."""
         kind = "write" if write else "read"
-        w_agent = shadow.w_agent[granules]
-        w_clock = shadow.w_clock[granules]
+        agent, clock = shadow.agent, shadow.clock
+        w_agent = agent[0][granules]
+        w_clock = clock[0][granules]
         bad = self._unordered(w_agent, w_clock, access)
         if bad is not None and access.scope:
-            bad = self._not_morally_strong(bad, shadow.w_scope[granules], w_agent, access)
+            bad = self._not_morally_strong(bad, shadow.scope[0][granules], w_agent, access)
         if bad is not None:
-            k = int(np.flatnonzero(bad)[0])
-            self._report(where(granules[k]), ("write", int(shadow.w_desc[granules[k]])), (kind, access.desc),
-                         self._missing(access, int(w_agent[k]), int(w_clock[k]), int(shadow.w_scope[granules[k]])))
+            self._report_entry(shadow, granules, 0, bad, w_agent, w_clock, access, kind, where)
         if access.asynchronous and proxies:
             self._proxy_check(shadow, granules, w_agent, w_clock, access, kind, where)
         if write:
-            for slot in (0, 1):
-                r_agent = shadow.r_agent[slot, granules]
-                r_clock = shadow.r_clock[slot, granules]
+            for row in (1, 2):
+                r_agent = agent[row][granules]
+                r_clock = clock[row][granules]
                 bad = self._unordered(r_agent, r_clock, access)
                 if bad is not None and access.scope:
-                    bad = self._not_morally_strong(bad, shadow.r_scope[slot, granules], r_agent, access)
+                    bad = self._not_morally_strong(bad, shadow.scope[row][granules], r_agent, access)
                 if bad is not None:
-                    k = int(np.flatnonzero(bad)[0])
-                    self._report(where(granules[k]), ("read", int(shadow.r_desc[slot, granules[k]])),
-                                 (kind, access.desc), self._missing(access, int(r_agent[k]), int(r_clock[k]),
-                                                                    int(shadow.r_scope[slot, granules[k]])))
-            shadow.w_agent[granules] = access.id
-            shadow.w_clock[granules] = access.clock
-            shadow.w_desc[granules] = access.desc
-            shadow.w_async[granules] = access.asynchronous
-            shadow.w_scope[granules] = access.scope
-            shadow.r_agent[:, granules] = -1
+                    self._report_entry(shadow, granules, row, bad, r_agent, r_clock, access, kind, where)
+            if not record:
+                return
+            agent[0][granules] = access.id
+            agent[1][granules] = -1
+            agent[2][granules] = -1
+            clock[0][granules] = access.clock
+            clock[1][granules] = 0
+            clock[2][granules] = 0
+            shadow.desc[0][granules] = access.desc
+            shadow.scope[0][granules] = access.scope
+            shadow.w_generic[granules] = not access.asynchronous
         else:
-            r_agent = shadow.r_agent[0, granules]
-            keep = self._unordered(r_agent, shadow.r_clock[0, granules], access)
+            keep = self._unordered(agent[1][granules], clock[1][granules], access)
             if keep is not None:  # an earlier read not ordered before this one moves to the second slot
-                moved = granules[keep]
-                shadow.r_agent[1, moved] = shadow.r_agent[0, moved]
-                shadow.r_clock[1, moved] = shadow.r_clock[0, moved]
-                shadow.r_desc[1, moved] = shadow.r_desc[0, moved]
-                shadow.r_scope[1, moved] = shadow.r_scope[0, moved]
-            shadow.r_agent[0, granules] = access.id
-            shadow.r_clock[0, granules] = access.clock
-            shadow.r_desc[0, granules] = access.desc
-            shadow.r_scope[0, granules] = access.scope
+                for array in (agent, clock, shadow.desc, shadow.scope):
+                    if isinstance(granules, np.ndarray):
+                        moved = granules[keep]
+                        array[2][moved] = array[1][moved]
+                    else:  # views
+                        array[2][granules][keep] = array[1][granules][keep]
+            agent[1][granules] = access.id
+            clock[1][granules] = access.clock
+            shadow.desc[1][granules] = access.desc
+            shadow.scope[1][granules] = access.scope
+        shadow.version += 1
+        if repeat is not None:
+            self.repeats[repeat[0]] = (repeat[1], access.id, shadow, shadow.version, granules, write)
+
+    def _report_entry(self, shadow, granules, row: int, bad, agents, clocks, access: Access, kind: str, where):
+        """The race of `access` with the first unordered entry of `row` (0: the write, 1 and 2: reads)."""
+        k, g = shadow.first(granules, bad)
+        self._report(where(g), ("write" if row == 0 else "read", int(shadow.desc[row].reshape(-1)[g])),
+                     (kind, access.desc), self._missing(access, int(agents.reshape(-1)[k]), int(clocks.reshape(-1)[k]),
+                                                        int(shadow.scope[row].reshape(-1)[g])))
 
     def _not_morally_strong(self, bad, scopes, agents, access):
         """`bad` (unordered earlier entries) less those that are morally strong with the strong `access`
         (ISA 8.7: both strong, each one's scope including the other's thread): such pairs do not race."""
         cta = self.agents[access.id].cta
-        for k in np.flatnonzero(bad & (scopes > 0)).tolist():
-            if covers(min(int(scopes[k]), access.scope), self.agents[int(agents[k])].cta, cta):
-                bad[k] = False
+        bad = bad.copy()
+        flat, flat_scopes, flat_agents = bad.reshape(-1), scopes.reshape(-1), agents.reshape(-1)
+        for k in np.flatnonzero(flat & (flat_scopes > 0)).tolist():
+            if covers(min(int(flat_scopes[k]), access.scope), self.agents[int(flat_agents[k])].cta, cta):
+                flat[k] = False
         return bad if bad.any() else None
 
     def _proxy_check(self, shadow, granules, w_agent, w_clock, access, kind, where) -> None:
         """An async-proxy access after a generic-proxy write: the writer must have fenced in between."""
-        generic = (w_agent >= 0) & (w_agent != access.id) & ~shadow.w_async[granules]
+        generic = shadow.w_generic[granules]
+        if not generic.any():
+            return
+        generic = generic & (w_agent != access.id)
         if not generic.any():
             return
         pairs = set(zip(w_agent[generic].tolist(), w_clock[generic].tolist()))
@@ -371,8 +467,8 @@ class HappensBefore:
             i = bisect_left(fences, clock)
             if i < len(fences) and fences[i] <= access.vc.get(agent_id, 0):
                 continue
-            k = int(np.flatnonzero(generic & (w_agent == agent_id) & (w_clock == clock))[0])
-            self._report(where(granules[k]), ("generic-proxy write", int(shadow.w_desc[granules[k]])),
+            _, g = shadow.first(granules, generic & (w_agent == agent_id) & (w_clock == clock))
+            self._report(where(g), ("generic-proxy write", int(shadow.desc[0].reshape(-1)[g])),
                          (f"async-proxy {kind}", access.desc),
                          f"ordered, but {self.agents[agent_id].label} executed no fence.proxy.async between its "
                          "write and this access (PTX ISA 8: generic and async proxies)")
@@ -553,7 +649,7 @@ class HappensBefore:
             join(agent.vc, self.warp(w).vc)
         desc = len(self.descs)
         self.descs.append((agent.id, "the CTA's last warp exited"))
-        self._shared_granules(cta.shared, np.arange(cta.shared.size // GRANULE),
+        self._shared_granules(cta.shared, slice(0, cta.shared.size // GRANULE),
                               Access(agent.id, agent.vc[agent.id], agent.vc, desc, False), True)
 
     # ------------------------------------------------------------------ reports

@@ -51,6 +51,7 @@ def _init(instr, program):
 
     def handler(w, mask):
         a, c = addr(w), count(w)
+        initialized = {}  # offset -> the barrier its last lane made (what the detector needs: one per barrier)
         for lane in _lanes(mask):
             rank, offset = split_shared(int(a[lane]))
             if rank != w.cta.rank:
@@ -60,9 +61,10 @@ def _init(instr, program):
                 raise EmulatorError("misaligned", f"mbarrier.init at 0x{int(a[lane]):x}")
             if not 1 <= int(c[lane]) < (1 << 20):
                 raise EmulatorError("mbarrier", f"mbarrier.init count {int(c[lane])} out of range [1, 2^20)")
-            bar = w.cta.mbarriers[offset] = MBarrier(int(a[lane]), int(c[lane]))
+            bar = initialized[offset] = w.cta.mbarriers[offset] = MBarrier(int(a[lane]), int(c[lane]))
             w.cta.grid.progress += 1
-            if w.cta.grid.trace is not None:
+        if w.cta.grid.trace is not None:
+            for bar in initialized.values():
                 w.cta.grid.trace.mbarrier_init(w, bar)
 
     return handler
@@ -146,14 +148,16 @@ def _wait(instr, program):
         a, par = addr(w), parity(w)
         out = np.zeros(LANES, bool)
         wait = None
+        observed = None  # (id of the barrier, grid.progress) last told to the detector: lanes after it add nothing
         for lane in _lanes(mask):
             cta, bar = mbarrier_at(w, int(a[lane]), cluster_scope)
             p = int(par[lane]) & 1
             if not bar.phase_complete(p):
                 observe(w.cta.grid, bar)
             out[lane] = bar.phase_complete(p)
-            if out[lane] and w.cta.grid.trace is not None:
+            if out[lane] and w.cta.grid.trace is not None and observed != (id(bar), w.cta.grid.progress):
                 w.cta.grid.trace.observe(w, bar)
+                observed = (id(bar), w.cta.grid.progress)
             if not out[lane] and wait is None:
                 wait = MBarrierWait(cta, bar, p)
         write(w, out, mask)

@@ -215,6 +215,11 @@ def _dealloc(instr, program):
 
         def complete(first, second):
             ctas = {c.rank: c for c in _pair(w, 2)}
+            trace = w.cta.grid.trace
+            if trace is not None:  # each half may free the peer's columns too (happens_before.pair_dealloc)
+                for request in (first, second):
+                    column = tcgen05.split_address(request.operands[0])[1]
+                    trace.pair_dealloc(request.issuer, ctas[request.rank ^ 1].tmem, column, request.operands[1])
             for request in (first, second):
                 _as_warp(request.issuer, tcgen05.deallocate, ctas[request.rank].tmem, *request.operands)
 

@@ -5,6 +5,16 @@
 DEFECT (each fails loudly when the PTX has nothing to change):
   odd-cta-skips-alloc  the odd CTA of each pair branches over its `tcgen05.alloc.cta_group::2`: the even
                        CTA's warp is left alone at the pair's allocation (ISA 9.7.16.5: both take part)
+  dealloc-barrier-reinit  the allocator warp initializes the teardown mbarrier (the one the peer CTA arrives
+                       on before the pair's dealloc) again right after its `tcgen05.alloc.cta_group::2`, with
+                       its fence.mbarrier_init: DSL 4.3.5's TmemAllocator did so just before the alloc. The
+                       pair's allocation orders nothing between the two CTAs (ISA 9.7.16.5: the first warp
+                       "could block", and a program relying on it is non-deterministic), so with no other
+                       chain (a worker of two tiles or fewer) the peer's arrive is unordered with the init
+  no-dealloc-wait      the allocator warp no longer waits on the teardown mbarrier before its
+                       `tcgen05.dealloc.cta_group::2`: the pair's deallocation may free the peer CTA's tensor
+                       memory while the peer's epilogue still reads it (ISA 9.7.16.5, Table 47: before the
+                       dealloc, no concurrent tensor memory access from the peer CTA)
 """
 
 from __future__ import annotations
@@ -31,7 +41,58 @@ def odd_cta_skips_alloc(ptx: str) -> str:
     return ptx[:m.start()] + guarded + ptx[m.end():]
 
 
-DEFECTS = {"odd-cta-skips-alloc": odd_cta_skips_alloc}
+SPIN = re.compile(r"mbarrier\.try_wait\.parity\S*\s+(P1),\s*\[(%r\d+)\],\s*[^;]+;")
+
+
+def _teardown_wait(lines: list) -> tuple:
+    """(line of the spin wait just before the pair's dealloc, the shared offset of its mbarrier from
+    __dynamic_shmem__0): the teardown barrier."""
+    dealloc = next((i for i, line in enumerate(lines) if "tcgen05.dealloc.cta_group::2" in line), None)
+    if dealloc is None:
+        raise NothingToPlant("no tcgen05.dealloc.cta_group::2")
+    wait = next((i for i in range(dealloc, max(dealloc - 16, -1), -1) if SPIN.search(lines[i])), None)
+    if wait is None:
+        raise NothingToPlant("no spin wait just before the tcgen05.dealloc.cta_group::2")
+    reg = re.escape(SPIN.search(lines[wait]).group(2))
+    for j in range(wait - 1, max(wait - 40, -1), -1):
+        m = re.match(rf"\s*add\.s32\s+{reg},\s*(%r\d+),\s*(\d+);", lines[j])
+        if m:
+            base = re.escape(m.group(1))
+            if any(re.match(rf"\s*mov\.u32\s+{base},\s*__dynamic_shmem__0;", lines[k])
+                   for k in range(j - 1, max(j - 8, -1), -1)):
+                return wait, int(m.group(2))
+    raise NothingToPlant("the teardown wait's mbarrier is not __dynamic_shmem__0 + a constant")
+
+
+def dealloc_barrier_reinit(ptx: str) -> str:
+    lines = ptx.split("\n")
+    _, offset = _teardown_wait(lines)
+    init = re.search(rf"add\.s32\s+(%r\d+),\s*%r\d+,\s*{offset};\s*\n\s*mov\.b32\s+(%r\d+),\s*(\d+);\s*\n"
+                     r"\s*mbarrier\.init\.shared\.b64\s+\[\1\],\s*\2;", ptx)
+    if init is None:
+        raise NothingToPlant(f"no mbarrier.init of the teardown barrier (__dynamic_shmem__0 + {offset})")
+    alloc = next((i for i, line in enumerate(lines) if "tcgen05.alloc.cta_group::2" in line), None)
+    if alloc is None:
+        raise NothingToPlant("no tcgen05.alloc.cta_group::2")
+    indent = re.match(r"\s*", lines[alloc]).group(0)
+    lines[alloc + 1:alloc + 1] = [f"{indent}{{", f"{indent}.reg .b32 %planted<2>;",
+                                  f"{indent}mov.u32 %planted0, __dynamic_shmem__0;",
+                                  f"{indent}add.s32 %planted1, %planted0, {offset};",
+                                  f"{indent}mbarrier.init.shared.b64 [%planted1], {init.group(3)};",
+                                  f"{indent}fence.mbarrier_init.release.cluster;", f"{indent}}}"]
+    return "\n".join(lines)
+
+
+def no_dealloc_wait(ptx: str) -> str:
+    lines = ptx.split("\n")
+    wait, _ = _teardown_wait(lines)
+    m = SPIN.search(lines[wait])
+    lines[wait] = lines[wait][:m.start()] + "setp.eq.s32 P1, 0, 0;" + lines[wait][m.end():]
+    return "\n".join(lines)
+
+
+DEFECTS = {"odd-cta-skips-alloc": odd_cta_skips_alloc, "dealloc-barrier-reinit": dealloc_barrier_reinit,
+           "no-dealloc-wait": no_dealloc_wait}
 
 
 def main(argv: list[str]) -> int:

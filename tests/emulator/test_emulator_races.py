@@ -8,7 +8,10 @@ B200s, loud on each planted defect, in both timing modes.
   4 tiles of 256 weight rows, K = 2560 = 10 K-blocks through 8 stages) with each defect of
   tests/emulator/ptx_defects.py planted: RACE (exit 6) naming the two accesses (emulator/DESIGN.md has the table).
   The known-good runs with --races are test_emulator_nvidia.py's and test_emulator_submission.py's own
-  cases (they pass --races), and the race found in our kernel has its own test here.
+  cases (they pass --races) and test_emulator_race_sweep.py's sweep (long), and the race found in our
+  kernel has its own test here.
+- The 2-CTA teardown (issue 48): NVIDIA's pair of two tiles (PASS under DSL 4.5.x, the DSL's re-init RACE
+  under 4.3.x), and tests/ptx_pair_defects.py's teardown defects planted in ours and NVIDIA's: RACE.
 Quick: the small kernels and one kernel case per defect class; the rest is `long`.
 """
 
@@ -26,6 +29,7 @@ from emulator import RaceError
 from emulator.launch import execute
 from emulator.memory import GlobalMemory
 
+from conftest import require_nvidia_example
 from test_emulator_core import HEADER
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -247,3 +251,95 @@ def test_planted_defect_is_a_race(defect, kernel, mode):
     assert rc == RACE_EXIT and "RACE race:" in report, out[-3000:]
     for text in CASES[defect][1]:
         assert text in report, (text, report)
+
+
+# ------------------------------------------------------------------------------------------------
+# the 2-CTA teardown (issue 48, item 1): what orders the dealloc mbarrier's init and the pair's dealloc
+# ------------------------------------------------------------------------------------------------
+
+PAIR_DEFECTS = ROOT / "tests" / "ptx_pair_defects.py"
+# NVIDIA's 2-CTA form on one pair with two tiles: nothing but the pair's tcgen05.alloc lies between an init of
+# the dealloc mbarrier after the start-up cluster barrier and the peer CTA's arrive on it
+NVIDIA_TWO_TILES = ["nvidia", "--mma-tiler", "256,128", "--cluster", "2,1", "--mnk", "256,256,512", "--seed", "3"]
+# the same form, one pair of four tiles: the accumulator phases order the peer's epilogue before the teardown
+NVIDIA_FOUR_TILES = ["nvidia", "--mma-tiler", "256,128", "--cluster", "2,1", "--mnk", "512,256,512", "--seed", "7"]
+# ours, two workers of one or two tiles each (test_our_kernel_with_workers_of_one_or_two_tiles_has_no_race: clean)
+OURS_TWO_WORKERS = ["submission", "--config", "shipped", "--workers", "2", "--spec",
+                    "m: [7, 40]; n: [128, 384]; k: [768, 256]; g: 2; seed: 8"]
+
+
+def dsl_version() -> str:
+    import importlib.metadata
+
+    return importlib.metadata.version("nvidia-cutlass-dsl")
+
+
+def emulate_verdict(args, *extra, timeout: int = 600):
+    """(exit status, the line with the verdict's text: the case line for `submission`, else the last one, the
+    whole output) of tools/emulate.py ARGS EXTRA --races."""
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "emulate.py"), *args, *extra, "--races"],
+                          capture_output=True, text=True, timeout=timeout, cwd=ROOT, check=False)
+    lines = done.stdout.strip().splitlines()
+    assert lines, done.stderr[-3000:]
+    report = lines[-1] if args[0] != "submission" else next(line for line in lines if line.startswith("case "))
+    return done.returncode, report, done.stdout
+
+
+@pytest.mark.skipif(sys.version_info < (3, 10), reason="the DSL needs Python 3.10+")
+@pytest.mark.parametrize("mode", ["eager", pytest.param("adversarial", marks=pytest.mark.long)])
+def test_nvidia_2cta_pair_of_two_tiles(nvidia_example, mode):
+    """Issue 48, item 1: `tools/emulate.py nvidia --mma-tiler 256,128 --cluster 2,1 --mnk 256,256,512 --seed 3
+    --races`. Compiled by DSL 4.5.x, NVIDIA's example initializes the dealloc mbarrier once, before the start-up
+    cluster barrier: PASS, races=0. Compiled by 4.3.x, its TmemAllocator initializes it again in the epilogue
+    warp's branch, after that barrier and before the pair's tcgen05.alloc (an mbarrier.init of a valid mbarrier:
+    undefined, ISA mbarrier.init), and the pair's allocation orders nothing between the two CTAs (ISA 9.7.16.5:
+    its first warp "could block"): a RACE naming that init and the peer's remote arrive, as emulator/DESIGN.md
+    explains (the DSL's defect, fixed in 4.5.2; with more than two tiles per pair the accumulator phases order
+    them: test_known_good_kernels_have_no_race in test_emulator_race_sweep.py)."""
+    rc, verdict, out = emulate_verdict(NVIDIA_TWO_TILES, "--mode", mode)
+    if dsl_version().startswith("4.3."):
+        assert rc == RACE_EXIT and verdict.startswith("RACE race: mbarrier.init by CTA (1, 0, 0)"), out[-3000:]
+        assert "mbarrier.init.shared.b64" in verdict and "then a remote arrive by CTA (0, 0, 0)" in verdict, verdict
+        assert "not ordered after the barrier's initialization" in verdict, verdict
+    else:
+        assert rc == 0 and verdict.startswith("PASS") and verdict.endswith("races=0"), out[-3000:]
+
+
+# (defect, kernel, mode) -> texts the RACE line must hold
+PAIR_CASES = {
+    # the init the DSL 4.3.5 allocator made, planted after the pair's allocation in kernels that have none
+    ("dealloc-barrier-reinit", "ours", "eager"): ("mbarrier.init.shared.b64 [%planted1]", "then a remote arrive"),
+    ("dealloc-barrier-reinit", "ours", "adversarial"): ("mbarrier.init.shared.b64 [%planted1]",
+                                                        "then a remote arrive"),
+    ("dealloc-barrier-reinit", "nvidia-two-tiles", "eager"): ("mbarrier.init.shared.b64", "then a remote arrive"),
+    # each half of the pair's dealloc against the peer CTA's epilogue reads
+    ("no-dealloc-wait", "ours", "eager"): ("tcgen05.ld", "tcgen05.dealloc.cta_group::2",
+                                           "frees the peer CTA's columns too"),
+    ("no-dealloc-wait", "ours", "adversarial"): ("tcgen05.ld", "tcgen05.dealloc.cta_group::2",
+                                                 "frees the peer CTA's columns too"),
+    ("no-dealloc-wait", "nvidia-four-tiles", "eager"): ("tcgen05.ld", "tcgen05.dealloc.cta_group::2",
+                                                        "frees the peer CTA's columns too"),
+    ("no-dealloc-wait", "nvidia-four-tiles", "adversarial"): ("tcgen05.ld", "tcgen05.dealloc.cta_group::2",
+                                                              "frees the peer CTA's columns too"),
+}
+PAIR_KERNELS = {"ours": OURS_TWO_WORKERS, "nvidia-two-tiles": NVIDIA_TWO_TILES, "nvidia-four-tiles": NVIDIA_FOUR_TILES}
+PAIR_QUICK = {("dealloc-barrier-reinit", "ours", "eager"), ("no-dealloc-wait", "ours", "eager")}
+
+
+@pytest.mark.skipif(sys.version_info < (3, 10), reason="the DSL needs Python 3.10+")
+@pytest.mark.parametrize("defect, kernel, mode", [
+    pytest.param(*case, marks=() if case in PAIR_QUICK else (pytest.mark.long,), id="-".join(case))
+    for case in PAIR_CASES])
+def test_planted_pair_teardown_defect_is_a_race(defect, kernel, mode):
+    """tests/ptx_pair_defects.py's teardown defects, in kernels whose unplanted runs are clean (ours at two
+    workers; NVIDIA's four-tile pair, and its two-tile pair under DSL 4.5.x): the pair's tcgen05.alloc is no
+    order between the CTAs (an init of the dealloc mbarrier just after it races with the peer's arrive), and
+    each half of the pair's tcgen05.dealloc must follow the peer CTA's tensor memory accesses (without the
+    dealloc mbarrier's wait it races with the peer's last tcgen05.ld)."""
+    if kernel.startswith("nvidia"):
+        require_nvidia_example()
+    rc, verdict, out = emulate_verdict(PAIR_KERNELS[kernel], "--mode", mode, "--ptx-filter",
+                                       f"{sys.executable} {PAIR_DEFECTS} {defect}")
+    assert rc == RACE_EXIT and "RACE race:" in verdict, out[-3000:]
+    for text in PAIR_CASES[(defect, kernel, mode)]:
+        assert text in verdict, (text, verdict)
