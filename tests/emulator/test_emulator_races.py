@@ -11,7 +11,7 @@ B200s, loud on each planted defect, in both timing modes.
   cases (they pass --races) and test_emulator_race_sweep.py's sweep (long), and the race found in our
   kernel has its own test here.
 - The 2-CTA teardown (issue 48): NVIDIA's pair of two tiles (PASS under DSL 4.5.x, the DSL's re-init RACE
-  under 4.3.x), and tests/ptx_pair_defects.py's teardown defects planted in ours and NVIDIA's: RACE.
+  under 4.3.x), and tests/emulator/ptx_pair_defects.py's teardown defects planted in ours and NVIDIA's: RACE.
 Quick: the small kernels and one kernel case per defect class; the rest is `long`.
 """
 
@@ -257,7 +257,7 @@ def test_planted_defect_is_a_race(defect, kernel, mode):
 # the 2-CTA teardown (issue 48, item 1): what orders the dealloc mbarrier's init and the pair's dealloc
 # ------------------------------------------------------------------------------------------------
 
-PAIR_DEFECTS = ROOT / "tests" / "ptx_pair_defects.py"
+PAIR_DEFECTS = ROOT / "tests" / "emulator" / "ptx_pair_defects.py"
 # NVIDIA's 2-CTA form on one pair with two tiles: nothing but the pair's tcgen05.alloc lies between an init of
 # the dealloc mbarrier after the start-up cluster barrier and the peer CTA's arrive on it
 NVIDIA_TWO_TILES = ["nvidia", "--mma-tiler", "256,128", "--cluster", "2,1", "--mnk", "256,256,512", "--seed", "3"]
@@ -331,7 +331,7 @@ PAIR_QUICK = {("dealloc-barrier-reinit", "ours", "eager"), ("no-dealloc-wait", "
     pytest.param(*case, marks=() if case in PAIR_QUICK else (pytest.mark.long,), id="-".join(case))
     for case in PAIR_CASES])
 def test_planted_pair_teardown_defect_is_a_race(defect, kernel, mode):
-    """tests/ptx_pair_defects.py's teardown defects, in kernels whose unplanted runs are clean (ours at two
+    """tests/emulator/ptx_pair_defects.py's teardown defects, in kernels whose unplanted runs are clean (ours at two
     workers; NVIDIA's four-tile pair, and its two-tile pair under DSL 4.5.x): the pair's tcgen05.alloc is no
     order between the CTAs (an init of the dealloc mbarrier just after it races with the peer's arrive), and
     each half of the pair's tcgen05.dealloc must follow the peer CTA's tensor memory accesses (without the

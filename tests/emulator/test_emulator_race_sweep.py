@@ -27,7 +27,7 @@ import pytest
 import yaml
 from conftest import missing, require_nvidia_example
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SEEDS = (3, 7)
 MODES = ("eager", "adversarial")
 TASK_SPECS = ["; ".join(f"{k}: {v}" for k, v in t.items())

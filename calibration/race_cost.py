@@ -1,6 +1,6 @@
 """What the race detector costs: CPU seconds of emulated submission cases with and without `--races`.
 
-    python tools/race_cost.py [--config shipped] [--workers W] [--mode eager|adversarial] [--seed S]
+    python calibration/race_cost.py [--config shipped] [--workers W] [--mode eager|adversarial] [--seed S]
         [--reps N] [--tests] [--spec SPEC ...] [--profile FILE]
 
 Each case runs through tools/emulate.py's own path (run_submission_case: the submission's host path, the
