@@ -10,6 +10,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+# One thread per test process (and the processes they start): the emulator is single-threaded, and under
+# `-n auto` NumPy's and torch's thread pools would only fight each other for the cores (tools/emulate.py).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 # The tests are laid out like the code (emulator/, groundtruth/, kernel/, harness/, tools/); a test may
 # import another folder's shapes or helpers (test_schedule walks test_emulator_submission's shapes).
 for folder in sorted(Path(__file__).resolve().parent.iterdir()):
