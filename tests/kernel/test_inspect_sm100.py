@@ -417,8 +417,9 @@ def test_a_submission_that_fails_to_import_leaves_no_temp_folder(tmp_path):
     submission = tmp_path / "broken.py"
     submission.write_text("import no_such_module_here\n")
     done, left = run_tool(submission, tmp_path)
-    assert done.returncode == 1 and "No module named 'no_such_module_here'" in done.stderr
-    assert left == []
+    # bad use, as in every tool (issue 48, item 5): one line, exit 2
+    assert done.returncode == 2 and "No module named 'no_such_module_here'" in done.stderr
+    assert done.stderr.count("\n") == 1 and left == []
 
 
 def test_a_bad_configuration_leaves_no_temp_folder(tmp_path):
