@@ -315,10 +315,11 @@ def host_facts(cuda: str, python: str = "", kernel: str = "kernel_cutlass", stru
             unread.append(squeeze(s))
     facts.update(group_values=tuple(group_values), reductions=tuple(reductions), pointers=pointers, scalars=scalars,
                  addresses=addresses, patches=patches, cumulative=cumulative, unread=tuple(unread))
-    facts["maps"] = tuple(
-        MapInit(m.group(2), m.group(1), *(lambda p: (squeeze(p[0]), tuple(squeeze(x) for x in p[1:])))(
-            _split_top(m.group(3))))
-        for m in re.finditer(r"^\s*(init_\w+_tmap)\(\s*args\.(\w+)\s*\+\s*i\s*,(.*)\);\s*$", cuda, re.M))
+    maps = []
+    for m in re.finditer(r"^\s*(init_\w+_tmap)\(\s*args\.(\w+)\s*\+\s*i\s*,(.*)\);\s*$", cuda, re.M):
+        pointer, *arguments = _split_top(m.group(3))
+        maps.append(MapInit(m.group(2), m.group(1), squeeze(pointer), tuple(squeeze(x) for x in arguments)))
+    facts["maps"] = tuple(maps)
     facts["helpers"] = {name: _helper_facts(cuda, name) for name in sorted({m.helper for m in facts["maps"]})}
     arithmetic, grid = [], None
     for m in _DECLARATION.finditer(top):

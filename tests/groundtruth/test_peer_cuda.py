@@ -675,8 +675,8 @@ def _planted_case(twin, spec):
     ("dict(patches={'A_tmap_list': {8: 'M - 1'}, 'SFA_tmap_list': {8: '(cdiv(M, 128) * 128 * K / 16) - 1'}})",
      "FAIL"),
     # A's box of 32 rows instead of 64: the TMA unit delivers fewer bytes than the expect-tx count
-    ("dict(maps=(peer_cuda.MapInit('A_tmap_list', 'init_AB_tmap', 'nullptr', ('1', 'K', '64 / CTA_GROUP', "
-     "'BLOCK_K')),) + peer_cuda.TWINS['gau-nernst v6b'].maps[1:])", "HANG"),
+    (("dict(maps=(peer_cuda.MapInit('A_tmap_list', 'init_AB_tmap', 'nullptr', ('1', 'K', '64 / CTA_GROUP', "
+      "'BLOCK_K')),) + peer_cuda.TWINS['gau-nernst v6b'].maps[1:])"), "HANG"),
 ])
 def test_a_planted_twin_defect_in_v6b_is_caught(planted, verdict):
     _toolkit()
