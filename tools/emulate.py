@@ -10,8 +10,8 @@
         [--workers W] [--mode eager|adversarial] [--seed S] [--ptx-filter CMD] [--submission FILE] [--no-races]
         [--arch sm_100a|sm_90a]
 
-    python tools/emulate.py peer --source FILE --spec SPEC [--row BLOCK_M,CTA_GROUP] [--time] [--timing-only]
-        [--calls N] [--no-races] [--mode eager|adversarial|timed] [--seed S] [--ptx-filter CMD]
+    python tools/emulate.py peer --source FILE --spec SPEC [--row NAME=VALUE,..] [--repair NAME] [--time]
+        [--timing-only] [--calls N] [--no-races] [--mode eager|adversarial|timed] [--seed S] [--ptx-filter CMD]
 
     python tools/emulate.py benchmarks [--kernel submission|flashinfer|both] [--peer FILE [--repair NAME]]
         [--config TEXT] [--arch sm_100a|sm_90a]
@@ -60,10 +60,11 @@ changes any other field is refused. `--workers` is then the SM count its schedul
 no route recognizes is refused in one line, exit 2): for a CUDA C++ entry compiled with torch's load_inline
 (groundtruth/peer_cuda.py), nvcc's PTX of its own source and a Python twin of its host code, on the board's
 inputs for SPEC (reference.generate_input; its outputs poisoned with NaN), checked against the exact
-reference; `--calls N` draws the board's N inputs (seed + 42, + 84, ...). Its groups must share N and K (its
-host code sends other shapes to torch._scaled_mm); a shape outside its LAUNCH table gets an instance of the
-same kernel with `--row BLOCK_M,CTA_GROUP` (default: the twin's). The line before the verdict names the twin
-and the row.
+reference; `--calls N` draws the board's N inputs (seed + 42, + 84, ...). Its groups must share N and K where
+its host code sends other shapes to torch._scaled_mm (gau-nernst's from v2 on); a shape outside its LAUNCH
+table gets an instance of the same kernel with `--row NAME=VALUE,..`: the launch parameters other than G, N
+and K (v6b: BLOCK_M=256,CTA_GROUP=2; v2d: CTA_GROUP=2,NUM_BLOCKS=148,raster=Raster::M; the pair
+BLOCK_M,CTA_GROUP also works; default: the twin's). The line before the verdict names the twin and the row.
 
 Happens-before race detection (emulator/happens_before.py) is on in every run that checks outputs: two
 conflicting accesses (shared, tensor or global memory; by warps or by the TMA and tensor-core units acting
@@ -140,6 +141,21 @@ def _pair(text: str) -> tuple:
     return values
 
 
+def _row(text: str):
+    """A peer's launch parameters for a shape outside its LAUNCH table: `NAME=VALUE,..` (a value an integer
+    or an enumerator such as Raster::M), or the pair BLOCK_M,CTA_GROUP."""
+    if "=" not in text:
+        return _pair(text)
+    out = {}
+    for item in text.split(","):
+        name, _, value = item.partition("=")
+        if not name.strip() or not value.strip():
+            raise argparse.ArgumentTypeError(f"{text!r}: NAME=VALUE items, comma-separated")
+        value = value.strip()
+        out[name.strip()] = int(value) if value.lstrip("-").isdigit() else value
+    return out
+
+
 def _timeline_choices(p) -> None:
     p.add_argument("--timeline-call", type=_calls, default=None, metavar="N",
                    help="with --timeline: draw call N of the stream (from 1; default 1): a later call shows the "
@@ -206,7 +222,7 @@ def parse_args(argv=None):
         elif name == "peer":
             p.add_argument("--source", type=Path, required=True, metavar="FILE", help="the entrant's submission file")
             p.add_argument("--spec", required=True, metavar="SPEC", help='"m: [..]; n: [..]; k: [..]; g: G; seed: S"')
-            p.add_argument("--row", type=_pair, default=None, metavar="BLOCK_M,CTA_GROUP",
+            p.add_argument("--row", type=_row, default=None, metavar="NAME=VALUE,..|BLOCK_M,CTA_GROUP",
                            help="for a shape outside the entry's LAUNCH table: the instance to add")
             p.add_argument("--repair", action="append", default=[], metavar="NAME",
                            help="a known defect of the entry repaired in a copy before it runs (its route names them)")
@@ -356,7 +372,7 @@ def peer_case(source: Path, spec: str, args):
     from groundtruth import peers
 
     text = source.read_text()
-    options = {"row": tuple(args.row)} if getattr(args, "row", None) else {}
+    options = {"row": args.row} if getattr(args, "row", None) else {}
     if getattr(args, "repair", None):
         options["repairs"] = tuple(args.repair)
     if getattr(args, "calls", 1) > 1:

@@ -22,6 +22,11 @@ where the bytes go and which mbarriers are signalled:
 - **1-D load** (`cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [dst], [src], size,
   [mbar]`): `size` contiguous bytes (a multiple of 16; both addresses 16-byte aligned) from global memory
   to `[dst]`, complete-tx of `size` on `[mbar]`, which must be in the destination CTA.
+- **`.shared::cta` destination** (PTX ISA 8.6: `cp.async.bulk.tensor.Nd.shared::cta.global...{.cta_group}`
+  and `cp.async.bulk.shared::cta.global.mbarrier::complete_tx::bytes`, no multicast form): as the
+  shared::cluster load, with `[dstMem]` a shared::cta address, so in the executing CTA (an address of
+  another CTA's window is an error, as a `.shared::cta` access there is); the mbarrier rule is the same
+  (with `.cta_group::2`, the executing CTA or its peer). gau-nernst's v1, v2 and v2e issue these.
 - **prefetch to L2** (`cp.async.bulk.prefetch.tensor.Nd.L2.global{.tile} [tensorMap, {coords}]`,
   `cp.async.bulk.prefetch.L2.global [src], size`): nothing observable; the map and box (or the address and
   size) are checked as a load's; the timed mode brings the bytes into L2 (clock.Clock.prefetch).
@@ -80,12 +85,21 @@ def _bulk_tensor(instr, program):
         raise EmulatorError("unimplemented", f"{instr.opcode} (only .tile mode)")
     if destination == "global":  # a store
         return _store(instr, program)
-    if (destination, source) != ("shared::cluster", "global") or "mbarrier::complete_tx::bytes" not in mods:
+    if destination not in ("shared::cluster", "shared::cta") or source != "global" \
+            or "mbarrier::complete_tx::bytes" not in mods or (destination == "shared::cta" and "multicast::cluster" in mods):
         raise EmulatorError("unimplemented", instr.opcode)
-    return _load(instr, program)
+    return _load(instr, program, own_cta=destination == "shared::cta")
 
 
-def _load(instr, program):
+def _own_cta(w, address: int, what: str) -> None:
+    """A .shared::cta destination must lie in the executing CTA's window."""
+    rank = split_shared(address)[0]
+    if rank != w.cta.rank:
+        raise EmulatorError("shared-bounds", f"{what} into .shared::cta at 0x{address:x}, an address of CTA rank "
+                            f"{rank}'s window, not the executing CTA's (rank {w.cta.rank})")
+
+
+def _load(instr, program, own_cta: bool = False):
     mods = instr.modifiers
     ops = instr.operands
     dst = address_reader(program, ops[0])
@@ -103,6 +117,8 @@ def _load(instr, program):
         for lane in np.flatnonzero(lane_mask):
             tmap = _tensor_map(w, int(t[lane]))
             box = coords(w, lane)
+            if own_cta:
+                _own_cta(w, int(d[lane]), "TMA load")
             d_rank, d_offset = split_shared(int(d[lane]))
             b_rank, b_offset = split_shared(int(b[lane]))
             if multicast:
@@ -238,9 +254,12 @@ def _wait_group(instr, program):
     return handler
 
 
-@instruction("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes")
+@instruction("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes",
+             "cp.async.bulk.shared::cta.global.mbarrier::complete_tx::bytes")
 def _bulk_load(instr, program):
-    """1-D bulk copy, global to shared::cluster, completing on an mbarrier (module docstring)."""
+    """1-D bulk copy, global to shared::cluster (or the executing CTA's shared::cta), completing on an mbarrier
+    (module docstring)."""
+    own_cta = instr.opcode.split(".")[3] == "shared::cta"
     dst, src = address_reader(program, instr.operands[0]), address_reader(program, instr.operands[1])
     size = program.reader(instr.operands[2], "u32")
     mbar = address_reader(program, instr.operands[3])
@@ -250,6 +269,8 @@ def _bulk_load(instr, program):
         d, g, n, b = dst(w), src(w), size(w), mbar(w)
         for lane in np.flatnonzero(lane_mask):
             nbytes, source = int(n[lane]), int(g[lane])
+            if own_cta:
+                _own_cta(w, int(d[lane]), "cp.async.bulk")
             d_rank, d_offset = split_shared(int(d[lane]))
             if nbytes % 16 or source % 16 or d_offset % 16:
                 raise EmulatorError("misaligned", f"cp.async.bulk of {nbytes} B from 0x{source:x} to shared "

@@ -1,6 +1,6 @@
 """The PTX forms nvcc writes that the DSL's PTX never had (the peer CUDA route, groundtruth/peer_cuda.py), each on a
 hand-written kernel or the emulator's own functions: a tensor copy with no load mode (`.tile` by default), the
-MMA's `.block16` / `.block32` scale-vector aliases, a scalar `.shared` variable, a cluster shape compiled into
+MMA's `.block16` / `.block32` scale-vector aliases, copies into `.shared::cta`, a scalar `.shared` variable, a cluster shape compiled into
 the kernel (`.reqnctapercluster`) and `.maxntid`, and tcgen05.ld's lane field past the 128 lanes."""
 
 import struct
@@ -70,6 +70,32 @@ def test_a_tensor_copy_without_a_load_mode_is_a_tile_copy(mode):
     launch = SimpleNamespace(kernel_name="k", grid=(1, 1, 1), block=(32, 1, 1), cluster=(1, 1, 1), shared_bytes=1024,
                              attributes={}, params=(tmap, struct.pack("<Q", out.ctypes.data)))
     execute(launch, TMA_KERNEL.format(mode=mode), memory, step_budget=10_000)
+    assert (out == source[:8].reshape(-1)).all()
+
+
+@pytest.mark.parametrize("form", ["tensor", "1-D"])
+def test_a_copy_into_shared_cta_lands_in_the_executing_cta(form):
+    """PTX ISA 8.6's `.shared::cta` destination (gau-nernst's v1, v2, v2e): the tensor copy with `.cta_group::1`
+    and the 1-D bulk copy (here from the map's address word) land in the executing CTA's shared memory."""
+    kernel = TMA_KERNEL.format(mode="")
+    if form == "tensor":
+        kernel = kernel.replace("tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes",
+                                "tensor.2d.shared::cta.global.mbarrier::complete_tx::bytes.cta_group::1")
+    else:
+        kernel = kernel.replace("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%r2], "
+                                "[%rd2, {%r4, %r4}], [%r3];",
+                                "ld.param.u64 %rd6, [k_param_0];\n\tcp.async.bulk.shared::cta.global.mbarrier::"
+                                "complete_tx::bytes.L2::cache_hint [%r2], [%rd6], 512, [%r3], %rd3;")
+    assert kernel != TMA_KERNEL.format(mode="")
+    source = np.arange(64 * 16, dtype=np.uint8).reshape(16, 64)
+    out = np.zeros(512, np.uint8)
+    tmap = tma.encode_tiled(0, 2, source.ctypes.data, (64, 16), (64,), (64, 8), (1, 1))
+    memory = GlobalMemory()
+    memory.register(source.ctypes.data, source.nbytes, "source")
+    memory.register(out.ctypes.data, out.nbytes, "out")
+    launch = SimpleNamespace(kernel_name="k", grid=(1, 1, 1), block=(32, 1, 1), cluster=(1, 1, 1), shared_bytes=1024,
+                             attributes={}, params=(tmap, struct.pack("<Q", out.ctypes.data)))
+    execute(launch, kernel, memory, step_budget=10_000)
     assert (out == source[:8].reshape(-1)).all()
 
 
