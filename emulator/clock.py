@@ -482,6 +482,7 @@ class Clock:
         self.states: list[GridState] = []
         self.state_of: dict = {}  # grid -> GridState
         self.tables: dict = {}  # program -> ProgramTables
+        self.contexts: dict = {}  # warp -> (its ProgramTables, its SM's TensorPipe): issue_context
         self.dirty: dict = {}  # call -> DirtyL2
         self.memory = None  # the global memory every grid of the stream shares
         # lines a global load brought into L2 (the board flushes L2 and each call reads new inputs: a first
@@ -563,6 +564,14 @@ class Clock:
 
     def program_tables(self, warp) -> ProgramTables:
         return self.state_of[warp.cta.grid].tables
+
+    def issue_context(self, warp) -> tuple:
+        """What `warp.run` looks up on every call (each call is mostly one instruction: the horizon is the
+        next warp's time): its program's tables and its SM's tensor pipe, both fixed once it is on an SM."""
+        context = self.contexts.get(warp)
+        if context is None:
+            context = self.contexts[warp] = (self.program_tables(warp), self.tensor_pipe(warp))
+        return context
 
     def _recorded(self, grid) -> bool:
         """The timeline records the first launch of its call of the stream (GridState.recorded)."""

@@ -290,8 +290,14 @@ class Warp:
         self.label = f"{cta.label} warp {warp_id}"
 
     @property
-    def done(self) -> bool:
-        return not self.alive.any()
+    def alive(self) -> np.ndarray:
+        """The lanes that have not exited (bool, 32)."""
+        return self._alive
+
+    @alive.setter
+    def alive(self, lanes: np.ndarray) -> None:
+        self._alive = lanes
+        self.done = not lanes.any()  # asked before every issue: kept beside the lanes, not recomputed
 
     @property
     def role(self) -> str:
@@ -306,31 +312,33 @@ class Warp:
         are ready; the time then advances by the instruction's issue cost and its results are ready a
         latency after issue. The warp stops before issuing past `clock.horizon` (the next event anywhere), and
         before an instruction the clock holds it at (a gate: griddepcontrol.wait on a grid still running,
-        tcgen05.alloc on an SM whose tensor memory another CTA holds), which it issues once woken."""
+        tcgen05.alloc on an SM whose tensor memory another CTA holds), which it issues once woken.
+        A warp that runs has a live lane, and the lanes at its lowest PC are live: an unguarded instruction
+        executes in at least one lane."""
         program = self.program
         steps, guards, aligned = program.steps, program.guards, program.aligned
-        instructions = program.kernel.instructions
-        if clock is not None:
-            tables = clock.program_tables(self)
+        regs = self.regs
+        timed = clock is not None
+        if timed:
+            tables, tensor_pipe = clock.issue_context(self)
             costs, store_bytes, issue_hooks = tables.costs, tables.store_bytes, tables.issue_hooks
             latencies, waits_on, writes, l1_loads = tables.latencies, tables.waits_on, tables.writes, tables.l1_addresses
             lsu, busy_costs, gates = tables.lsu_addresses, tables.busy_costs, tables.gates
-            tensor_pipe = clock.tensor_pipe(self)
             if self.ready is None:
                 self.ready = [0.0] * len(program.register_index)
             ready = self.ready
         count = 0
         while count < budget:
-            if clock is not None and self.time > clock.horizon:
+            if timed and self.time > clock.horizon:
                 return count
             if self.lane_pc is None:
                 pc = self.pc
-                mask = self.alive
+                mask = self._alive
             else:
-                live = self.lane_pc[self.alive]
+                live = self.lane_pc[self._alive]
                 pc = int(live.min())
-                mask = self.alive & (self.lane_pc == pc)
-            if clock is not None:
+                mask = self._alive & (self.lane_pc == pc)
+            if timed:
                 # the scoreboard: an instruction issues when the registers it reads (or overwrites) are ready
                 for r in waits_on[pc]:
                     if ready[r] > self.time:
@@ -344,50 +352,52 @@ class Warp:
             self.last_index = pc
             count += 1
             guard = guards[pc]
-            exec_mask = mask
-            if guard is not None:
-                g = self.regs[guard[0]] != 0
-                exec_mask = mask & (~g if guard[1] else g)
-            if clock is not None and gates[pc] is not None and exec_mask.any():
+            if guard is None:
+                exec_mask, active = mask, True
+            else:
+                exec_mask = mask & (regs[guard[0]] == 0 if guard[1] else regs[guard[0]] != 0)
+                active = exec_mask.any()
+            if timed and gates[pc] is not None and active:
                 held = gates[pc](self)  # the clock holds the warp before this instruction (clock.py)
                 if held is not None:
                     self.wait = held
                     return count - 1
-            if aligned[pc] and exec_mask is not self.alive and not np.array_equal(exec_mask, self.alive):
+            if aligned[pc] and exec_mask is not self._alive and not np.array_equal(exec_mask, self._alive):
                 raise EmulatorError("aligned", f"`.aligned` instruction executed by lanes "
                                     f"{np.flatnonzero(exec_mask).tolist()} of live lanes "
-                                    f"{np.flatnonzero(self.alive).tolist()}", self.where(pc))
-            instr = instructions[pc]
-            if clock is not None:
-                latency = clock.load_latency(self, pc, exec_mask) if l1_loads[pc] and exec_mask.any() \
-                    else latencies[pc]
+                                    f"{np.flatnonzero(self._alive).tolist()}", self.where(pc))
+            if timed:
+                latency = clock.load_latency(self, pc, exec_mask) if l1_loads[pc] and active else latencies[pc]
             try:
-                result = steps[pc](self, exec_mask) if exec_mask.any() else None
+                result = steps[pc](self, exec_mask) if active else None
             except EmulatorError as e:
                 if not e.where:
                     e.where = self.where(pc)
                     e.args = (f"{e.kind}: {e.message} ({e.where})",)
                 raise
-            if clock is not None:
-                if lsu[pc] is not None and exec_mask.any():
+            if timed:
+                if lsu[pc] is not None and active:
                     clock.lsu_request(self, pc, exec_mask)
                 if store_bytes[pc]:
-                    clock.stored(self, pc, int(exec_mask.sum()))
-                elif issue_hooks[pc] is not None and exec_mask.any():
+                    clock.stored(self, pc, int(exec_mask.sum()) if active else 0)
+                elif issue_hooks[pc] is not None and active:
                     issue_hooks[pc](self, exec_mask)
                 for r in writes[pc]:
                     ready[r] = self.time + latency
                 self.time += busy_costs[pc] if tensor_pipe.free > self.time else costs[pc]
             if result is None:
-                self._advance(mask, pc + 1)
+                if self.lane_pc is None:
+                    self.pc = pc + 1
+                else:
+                    self._advance(mask, pc + 1)
                 continue
             kind = result[0]
             if kind == "branch":
                 taken = exec_mask
                 target = result[1]
-                if self.lane_pc is None and (taken is mask or np.array_equal(taken, mask)):
+                if self.lane_pc is None and (taken is mask or bool((taken == mask).all())):
                     self.pc = target
-                elif self.lane_pc is None and not taken.any():
+                elif self.lane_pc is None and not active:
                     self.pc = pc + 1
                 else:
                     self._diverge()
@@ -396,7 +406,7 @@ class Warp:
                     self._reconverge()
             elif kind == "exit":
                 self._advance(mask, pc + 1)
-                self.alive = self.alive & ~exec_mask
+                self.alive = self._alive & ~exec_mask
                 self.cta.grid.progress += 1
                 if self.done:
                     trace = self.cta.grid.trace
@@ -411,7 +421,6 @@ class Warp:
             elif kind == "yield":
                 self._advance(mask, pc + 1)
                 return count
-            del instr
         return count
 
     def _advance(self, mask, next_pc: int) -> None:
