@@ -710,12 +710,22 @@ class Clock:
             return
         self.states[0].scheduled = True
         self._push(0.0, LAUNCH, self.states[0])
+        queue = self.queue
+        again = None  # the entry of the warp that just ran, pushed as the next entry is popped (one heap pass)
         while True:
-            if not self.queue:
+            if again is not None:
+                time, _, kind, payload, ticket = heapq.heappushpop(queue, again)
+                again = None
+            elif queue:
+                time, _, kind, payload, ticket = heapq.heappop(queue)
+            else:
                 if not self._wake_missed():
                     break
                 continue
-            time, _, kind, payload, ticket = heapq.heappop(self.queue)
+            if kind == RUN:
+                if ticket == payload.clock_ticket and not payload.done:
+                    again = self._issue(payload, time)
+                continue
             if kind == EVENT:
                 self.event_time = time
                 payload.deliver(payload.cta.grid)
@@ -735,7 +745,7 @@ class Clock:
                 if not any(k != TIMEOUT for _, _, k, _, _ in self.queue):
                     self._idle(warp)
                 self._unpark(warp)
-            self._issue(warp, time)
+            again = self._issue(warp, time)
         if any(not w.done for s in self.states for w in s.warps) or any(s.completed is None for s in self.states):
             self._hang("every live warp is blocked and no asynchronous work is pending")
 
@@ -755,9 +765,11 @@ class Clock:
                        "nothing else is pending")
         self.idle_woken.add(warp)
 
-    def _issue(self, warp, time: float) -> None:
+    def _issue(self, warp, time: float):
+        """Run `warp` from `time` until it stops (the horizon, a wait, its end). Returns its next queue entry
+        when it can go on (for Clock.run to push), else None."""
         grid = warp.cta.grid
-        recorded = self._recorded(grid)
+        recorded = self.timeline is not None and self._recorded(grid)
         if recorded and warp.wait is not None:
             self.timeline.wait(warp, warp.time, max(warp.time, time), warp.wait)
         warp.wait = None
@@ -780,10 +792,12 @@ class Clock:
             if all(w.done for w in cta.warps):
                 self._cta_exited(cta, max(w.time for w in cta.warps))
             return
-        if warp.wait is None:
-            self._ready(warp, warp.time)
-            return
+        if warp.wait is None:  # _ready's entry, pushed by Clock.run
+            warp.clock_ticket += 1
+            self.sequence += 1
+            return warp.time, self.sequence, RUN, warp, warp.clock_ticket
         self._park(warp)
+        return None
 
     def _run_traced(self, warp) -> int:
         """warp.run, one instruction at a time, each reported to the timeline's trace: the same stops (a

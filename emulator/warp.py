@@ -133,6 +133,8 @@ class Program:
                 return lambda w: w.regs[index] != 0
             if unsigned == np.uint64:
                 return lambda w: w.regs[index].view(dtype).copy()
+            if dtype == unsigned:
+                return lambda w: w.regs[index].astype(unsigned)
             return lambda w: w.regs[index].astype(unsigned).view(dtype)
         if kind == "imm":
             value = operand.value
@@ -167,9 +169,19 @@ class Program:
         if operand.kind != "reg":
             raise EmulatorError("unimplemented", f"operand {operand} cannot be written")
         index = self.register_index[operand.name]
+        dtype, unsigned = TYPES[typ]
+        exact = np.dtype(dtype)
 
         def write(w, values, mask):
-            np.copyto(w.regs[index], to_raw(values, typ), where=mask)
+            # values already of the type (most handlers' results): to_raw's bits without its checks
+            if values.__class__ is np.ndarray and values.dtype is exact and typ != "pred":
+                raw = values.view(unsigned).astype(np.uint64)
+            else:
+                raw = to_raw(values, typ)
+            if mask is w.alive and w.full:
+                w.regs[index] = raw
+            else:
+                np.copyto(w.regs[index], raw, where=mask)
 
         return write
 
@@ -298,6 +310,7 @@ class Warp:
     def alive(self, lanes: np.ndarray) -> None:
         self._alive = lanes
         self.done = not lanes.any()  # asked before every issue: kept beside the lanes, not recomputed
+        self.full = bool(lanes.all())  # every lane live: an instruction of the live lanes writes whole registers
 
     @property
     def role(self) -> str:

@@ -27,12 +27,16 @@ def _wide(values, typ):
 
 
 def _binary(fn):
-    """Factory for `op.type d, a, b` with `fn(a, b, typ)`."""
+    """Factory for `op.type d, a, b` with `fn(a, b, typ)`. Integer vectors wrap without a word from NumPy;
+    a float overflow to infinity is the ISA's result too, and NumPy is told not to warn about it."""
 
     def factory(instr, program):
         typ = type_of(instr)
         d, a, b = instr.operands[:3]
         write, ra, rb = program.writer(d, typ), program.reader(a, typ), program.reader(b, typ)
+
+        if not _float(typ):
+            return lambda w, mask: write(w, fn(ra(w), rb(w), typ), mask)
 
         def handler(w, mask):
             with np.errstate(over="ignore"):
@@ -48,6 +52,9 @@ def _unary(fn):
         typ = type_of(instr)
         d, a = instr.operands[:2]
         write, ra = program.writer(d, typ), program.reader(a, typ)
+
+        if not _float(typ):
+            return lambda w, mask: write(w, fn(ra(w), typ), mask)
 
         def handler(w, mask):
             with np.errstate(over="ignore"):
@@ -172,19 +179,10 @@ def _mad(instr, program):
         write, ra, rb, rc = (program.writer(d, wide), program.reader(a, typ), program.reader(b, typ),
                              program.reader(c, wide))
 
-        def handler(w, mask):
-            with np.errstate(over="ignore"):
-                write(w, _wide(ra(w), typ) * _wide(rb(w), typ) + rc(w), mask)
-
-        return handler
+        return lambda w, mask: write(w, _wide(ra(w), typ) * _wide(rb(w), typ) + rc(w), mask)  # integer: wraps
     write, ra, rb, rc = (program.writer(d, typ), program.reader(a, typ), program.reader(b, typ),
                          program.reader(c, typ))
-
-    def lo(w, mask):
-        with np.errstate(over="ignore"):
-            write(w, ra(w) * rb(w) + rc(w), mask)
-
-    return lo
+    return lambda w, mask: write(w, ra(w) * rb(w) + rc(w), mask)  # integer vectors wrap silently
 
 
 @instruction("fma")
@@ -263,6 +261,19 @@ def _shift(left: bool):
         d, a, b = instr.operands[:3]
         write, ra, rb = program.writer(d, typ), program.reader(a, typ), program.reader(b, "u32")
         signed = typ.startswith("s")
+        if b.kind == "imm":  # a constant amount (most shifts): the same bits, without the per-lane clamping
+            amount = min(int(rb(None)[0]), bits)
+            if signed and not left:
+                shift = np.int64(min(amount, 63))
+                return lambda w, mask: write(w, ra(w).astype(np.int64) >> shift, mask)
+            if amount >= bits:
+                zeros = np.zeros(LANES, np.uint64)
+                zeros.setflags(write=False)
+                return lambda w, mask: write(w, zeros, mask)
+            shift = np.uint64(amount)
+            if left:
+                return lambda w, mask: write(w, ra(w).astype(np.uint64) << shift, mask)
+            return lambda w, mask: write(w, ra(w).astype(np.uint64) >> shift, mask)
 
         def handler(w, mask):
             x = ra(w)
