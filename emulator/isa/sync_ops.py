@@ -40,8 +40,9 @@ def mbarrier_at(w, address: int, cluster_scope: bool):
     return cta, cta.mbarrier(offset, "")
 
 
-def _lanes(mask):
-    return np.flatnonzero(mask)
+def _lanes(mask) -> list:
+    """The active lanes, as ints."""
+    return np.flatnonzero(mask).tolist()
 
 
 @instruction("mbarrier.init")
@@ -50,17 +51,17 @@ def _init(instr, program):
     count = program.reader(instr.operands[1], "u32")
 
     def handler(w, mask):
-        a, c = addr(w), count(w)
+        a, c = addr(w).tolist(), count(w).tolist()
         for lane in _lanes(mask):
-            rank, offset = split_shared(int(a[lane]))
+            rank, offset = split_shared(a[lane])
             if rank != w.cta.rank:
-                raise EmulatorError("shared-bounds", f"mbarrier.init of another CTA's barrier at 0x{int(a[lane]):x}")
+                raise EmulatorError("shared-bounds", f"mbarrier.init of another CTA's barrier at 0x{a[lane]:x}")
             w.cta.shared.check(offset, 8, "mbarrier.init")
-            if int(a[lane]) % 8:
-                raise EmulatorError("misaligned", f"mbarrier.init at 0x{int(a[lane]):x}")
-            if not 1 <= int(c[lane]) < (1 << 20):
-                raise EmulatorError("mbarrier", f"mbarrier.init count {int(c[lane])} out of range [1, 2^20)")
-            bar = w.cta.mbarriers[offset] = MBarrier(int(a[lane]), int(c[lane]))
+            if a[lane] % 8:
+                raise EmulatorError("misaligned", f"mbarrier.init at 0x{a[lane]:x}")
+            if not 1 <= c[lane] < (1 << 20):
+                raise EmulatorError("mbarrier", f"mbarrier.init count {c[lane]} out of range [1, 2^20)")
+            bar = w.cta.mbarriers[offset] = MBarrier(a[lane], c[lane])
             w.cta.grid.progress += 1
             if w.cta.grid.trace is not None:
                 w.cta.grid.trace.mbarrier_init(w, bar)
@@ -77,16 +78,16 @@ def _arrive_factory(instr, program, *, expect_tx: bool, drop: bool = False):
     write_state = program.writer(state, "b64") if state.kind != "sink" else None
 
     def handler(w, mask):
-        a = addr(w)
-        e = extra(w) if extra is not None else None
+        a = addr(w).tolist()
+        e = extra(w).tolist() if extra is not None else None
         tokens = np.zeros(LANES, np.uint64)
         for lane in _lanes(mask):
-            _, bar = mbarrier_at(w, int(a[lane]), cluster_scope)
+            _, bar = mbarrier_at(w, a[lane], cluster_scope)
             if expect_tx:
-                bar.expect_tx(w.cta.grid, int(e[lane]))
+                bar.expect_tx(w.cta.grid, e[lane])
                 count = 1
             else:
-                count = int(e[lane]) if e is not None else 1
+                count = e[lane] if e is not None else 1
             if drop:
                 bar.expected -= count
             if w.cta.grid.trace is not None:
@@ -116,12 +117,12 @@ def _tx(instr, program):
     cluster_scope = "shared::cluster" in instr.modifiers
 
     def handler(w, mask):
-        a, n = addr(w), nbytes(w)
+        a, n = addr(w).tolist(), nbytes(w).tolist()
         for lane in _lanes(mask):
-            _, bar = mbarrier_at(w, int(a[lane]), cluster_scope)
+            _, bar = mbarrier_at(w, a[lane], cluster_scope)
             if complete and w.cta.grid.trace is not None:
                 w.cta.grid.trace.arrive(w, bar)
-            (bar.complete_tx if complete else bar.expect_tx)(w.cta.grid, int(n[lane]))
+            (bar.complete_tx if complete else bar.expect_tx)(w.cta.grid, n[lane])
 
     return handler
 
@@ -143,12 +144,12 @@ def _wait(instr, program):
     def handler(w, mask):
         from ..async_ops import observe
 
-        a, par = addr(w), parity(w)
+        a, par = addr(w).tolist(), parity(w).tolist()
         out = np.zeros(LANES, bool)
         wait = None
         for lane in _lanes(mask):
-            cta, bar = mbarrier_at(w, int(a[lane]), cluster_scope)
-            p = int(par[lane]) & 1
+            cta, bar = mbarrier_at(w, a[lane], cluster_scope)
+            p = par[lane] & 1
             if not bar.phase_complete(p):
                 observe(w.cta.grid, bar)
             out[lane] = bar.phase_complete(p)
@@ -288,10 +289,9 @@ def _elect(instr, program):
 
     def handler(w, mask):
         m = int(member(w)[0])
-        candidates = [lane for lane in _lanes(mask) if m >> lane & 1]
-        if not candidates:
+        leader = next((lane for lane in _lanes(mask) if m >> lane & 1), None)
+        if leader is None:
             raise EmulatorError("warp", "elect.sync with no active lane in membermask")
-        leader = candidates[0]
         wd(w, np.full(LANES, leader, np.uint32), mask)
         if wp is not None:
             wp(w, np.arange(LANES) == leader, mask)
