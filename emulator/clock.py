@@ -482,7 +482,7 @@ class Clock:
         self.states: list[GridState] = []
         self.state_of: dict = {}  # grid -> GridState
         self.tables: dict = {}  # program -> ProgramTables
-        self.contexts: dict = {}  # warp -> (its ProgramTables, its SM's TensorPipe): issue_context
+        self.contexts: dict = {}  # warp -> its ProgramTables' columns and its SM's TensorPipe: issue_context
         self.dirty: dict = {}  # call -> DirtyL2
         self.memory = None  # the global memory every grid of the stream shares
         # lines a global load brought into L2 (the board flushes L2 and each call reads new inputs: a first
@@ -567,10 +567,15 @@ class Clock:
 
     def issue_context(self, warp) -> tuple:
         """What `warp.run` looks up on every call (each call is mostly one instruction: the horizon is the
-        next warp's time): its program's tables and its SM's tensor pipe, both fixed once it is on an SM."""
+        next warp's time), fixed once the warp is on an SM: its program's tables (costs, busy costs,
+        latencies, registers waited on, registers written, L1 and load/store-unit address readers, global
+        store bytes, issue hooks, gates) and its SM's tensor pipe."""
         context = self.contexts.get(warp)
         if context is None:
-            context = self.contexts[warp] = (self.program_tables(warp), self.tensor_pipe(warp))
+            t = self.program_tables(warp)
+            context = self.contexts[warp] = (t.costs, t.busy_costs, t.latencies, t.waits_on, t.writes,
+                                             t.l1_addresses, t.lsu_addresses, t.store_bytes, t.issue_hooks,
+                                             t.gates, self.tensor_pipe(warp))
         return context
 
     def _recorded(self, grid) -> bool:

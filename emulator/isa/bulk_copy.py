@@ -51,6 +51,23 @@ def _tensor_map(w, address: int):
     return tma.decode_tensor_map(mem.read(offset, 128).tobytes())
 
 
+def _maps(w, copies_at_issue: bool = True):
+    """address -> TensorMap, for the lanes of one instruction: each lane reads its map; lanes naming one
+    address share one read unless a lane's copy may be performed at its issue (eager mode), before the next
+    lane reads its map."""
+    if copies_at_issue and w.cta.grid.mode == "eager":
+        return lambda address: _tensor_map(w, address)
+    maps = {}
+
+    def read(address: int):
+        tmap = maps.get(address)
+        if tmap is None:
+            tmap = maps[address] = _tensor_map(w, address)
+        return tmap
+
+    return read
+
+
 # (map bytes, box, shared address, store) of the copies check_copy passed: its verdict is a function of these,
 # and the lanes of a warp-wide TMA instruction repeat one copy
 _CHECKED: set = set()
@@ -113,9 +130,9 @@ def _load(instr, program):
     def handler(w, lane_mask):
         d, t, b = dst(w).tolist(), tmap_addr(w).tolist(), mbar(w).tolist()
         ctamask = mask_reader(w).tolist() if multicast else None
-        boxes = coords(w)
+        boxes, map_at = coords(w), _maps(w)
         for lane in np.flatnonzero(lane_mask).tolist():
-            tmap = _tensor_map(w, t[lane])
+            tmap = map_at(t[lane])
             box = boxes[lane]
             d_rank, d_offset = split_shared(d[lane])
             b_rank, b_offset = split_shared(b[lane])
@@ -182,9 +199,9 @@ def _store(instr, program):
 
     def handler(w, lane_mask):
         t, s = tmap_addr(w).tolist(), src(w).tolist()
-        boxes = coords(w)
+        boxes, map_at = coords(w), _maps(w)
         for lane in np.flatnonzero(lane_mask).tolist():
-            tmap = _tensor_map(w, t[lane])
+            tmap = map_at(t[lane])
             box = boxes[lane]
             rank, offset = split_shared(s[lane])
             if rank != w.cta.rank:
@@ -312,9 +329,9 @@ def _prefetch_tensor(instr, program):
 
     def handler(w, lane_mask):
         t = tmap_addr(w).tolist()
-        boxes = coords(w)
+        boxes, map_at = coords(w), _maps(w, copies_at_issue=False)
         for lane in np.flatnonzero(lane_mask).tolist():
-            tmap = _tensor_map(w, t[lane])
+            tmap = map_at(t[lane])
             box = boxes[lane]
             _check(tmap, box, 0, store=False)
             if w.cta.grid.clock is not None:
