@@ -289,6 +289,7 @@ class Warp:
         self.alive = self.thread_ids < cta.threads
         self.pc = 0
         self.lane_pc = None  # per-lane PCs while diverged
+        self.group = None  # while diverged: the lanes at the lowest PC, kept until the PCs change (_lowest_group)
         self.wait = None  # a Wait while blocked
         self.last_index = 0  # the instruction last executed (for reports)
         self.failed_wait = None  # (pc, barrier, parity, progress) of the last failed try_wait (sync_ops.py)
@@ -309,7 +310,8 @@ class Warp:
     @alive.setter
     def alive(self, lanes: np.ndarray) -> None:
         self._alive = lanes
-        live = np.count_nonzero(lanes)
+        self.group = None  # the lanes a diverged warp runs next (_lowest_group) are taken among the live ones
+        live = int(np.count_nonzero(lanes))
         self.done = live == 0  # asked before every issue: kept beside the lanes, not recomputed
         self.full = live == LANES  # every lane live: an instruction of the live lanes writes whole registers
 
@@ -347,9 +349,7 @@ class Warp:
                 pc = self.pc
                 mask = self._alive
             else:
-                live = self.lane_pc[self._alive]
-                pc = int(live.min())
-                mask = self._alive & (self.lane_pc == pc)
+                pc, mask, _ = self.group or self._lowest_group()
             if timed:
                 # the scoreboard: an instruction issues when the registers it reads (or overwrites) are ready
                 for r in waits_on[pc]:
@@ -368,7 +368,7 @@ class Warp:
                 exec_mask, active = mask, True
             else:
                 exec_mask = mask & (regs[guard[0]] == 0 if guard[1] else regs[guard[0]] != 0)
-                active = np.count_nonzero(exec_mask) != 0  # any(), at a third of its cost
+                active = bool(np.count_nonzero(exec_mask))  # any(), at a third of its cost
             if timed and gates[pc] is not None and active:
                 held = gates[pc](self)  # the clock holds the warp before this instruction (clock.py)
                 if held is not None:
@@ -391,7 +391,7 @@ class Warp:
                 if lsu[pc] is not None and active:
                     clock.lsu_request(self, pc, exec_mask)
                 if store_bytes[pc]:
-                    clock.stored(self, pc, np.count_nonzero(exec_mask) if active else 0)
+                    clock.stored(self, pc, int(np.count_nonzero(exec_mask)) if active else 0)
                 elif issue_hooks[pc] is not None and active:
                     issue_hooks[pc](self, exec_mask)
                 for r in writes[pc]:
@@ -435,21 +435,40 @@ class Warp:
                 return count
         return count
 
+    def _lowest_group(self) -> tuple:
+        """A diverged warp's lanes at the lowest PC (those it runs next): (that PC, those lanes (read-only),
+        the next higher PC of a live lane or None), kept as `group` until the lanes' PCs change otherwise
+        than by that group moving on."""
+        live = self.lane_pc[self._alive]
+        pc = int(live.min())
+        mask = self._alive & (self.lane_pc == pc)
+        mask.setflags(write=False)
+        higher = live[live != pc]
+        self.group = (pc, mask, int(higher.min()) if higher.size else None)
+        return self.group
+
     def _advance(self, mask, next_pc: int) -> None:
         if self.lane_pc is None:
             self.pc = next_pc
-        else:
-            self.lane_pc[mask] = next_pc
-            self._reconverge()
+            return
+        self.lane_pc[mask] = next_pc
+        group = self.group
+        if group is not None and group[1] is mask and group[2] is not None and next_pc < group[2]:
+            # the lowest lanes moved on and are still the lowest, apart from the others: no reconvergence
+            self.group = (next_pc, mask, group[2])
+            return
+        self._reconverge()
 
     def _diverge(self) -> None:
         if self.lane_pc is None:
             self.lane_pc = np.full(LANES, self.pc, np.int64)
+        self.group = None
 
     def _reconverge(self) -> None:
+        self.group = None
         if self.lane_pc is None:
             return
-        live = self.lane_pc[self.alive]
+        live = self.lane_pc[self._alive]
         if live.size and (live == live[0]).all():
             self.pc = int(live[0])
             self.lane_pc = None
