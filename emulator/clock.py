@@ -79,6 +79,7 @@ from .tcgen05 import COLUMNS as TMEM_COLUMNS
 
 RUN, EVENT, TIMEOUT, LAUNCH, COMPLETE = 0, 1, 2, 3, 4
 UNBOUNDED = 1 << 62
+INFINITY = float("inf")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -778,8 +779,9 @@ class Clock:
         if recorded and warp.wait is not None:
             self.timeline.wait(warp, warp.time, max(warp.time, time), warp.wait)
         warp.wait = None
-        warp.time = max(warp.time, time)
-        self.horizon = self.queue[0][0] if self.queue else float("inf")
+        if time > warp.time:
+            warp.time = time
+        self.horizon = self.queue[0][0] if self.queue else INFINITY
         self.current = warp
         start = warp.time
         if recorded and self.timeline.traced(warp):

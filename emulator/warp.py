@@ -31,6 +31,7 @@ TYPES = {
     "pred": (np.bool_, np.uint8),
 }
 LANES = 32
+BOOL = np.dtype(bool)
 ALL_LANES = np.ones(LANES, bool)
 LANE_IDS = np.arange(LANES, dtype=np.uint32)
 
@@ -128,9 +129,9 @@ class Program:
                 dtype, unsigned = TYPES[typ]
                 return lambda w: np.asarray(special(w, sub)).astype(np.uint64).astype(unsigned).view(dtype)
             index = self.register_index[name]
-            dtype, unsigned = TYPES[typ]
+            dtype, unsigned = np.dtype(TYPES[typ][0]), np.dtype(TYPES[typ][1])  # instances: NumPy's quick path
             if typ == "pred":
-                return lambda w: w.regs[index] != 0
+                return lambda w: w.regs[index].astype(BOOL)  # != 0, at half the cost
             if unsigned == np.uint64:
                 return lambda w: w.regs[index].view(dtype).copy()
             if dtype == unsigned:
@@ -169,13 +170,13 @@ class Program:
         if operand.kind != "reg":
             raise EmulatorError("unimplemented", f"operand {operand} cannot be written")
         index = self.register_index[operand.name]
-        dtype, unsigned = TYPES[typ]
-        exact = np.dtype(dtype)
+        exact, unsigned = np.dtype(TYPES[typ][0]), np.dtype(TYPES[typ][1])
 
         def write(w, values, mask):
-            # values already of the type (most handlers' results): to_raw's bits without its checks
+            # values already of the type (most handlers' results): to_raw's bits without its checks, the
+            # unsigned bits zero-extended by the assignment itself (a safe cast)
             if values.__class__ is np.ndarray and values.dtype is exact and typ != "pred":
-                raw = values.view(unsigned).astype(np.uint64)
+                raw = values.view(unsigned)
             else:
                 raw = to_raw(values, typ)
             if mask is w.alive and w.full:
@@ -367,8 +368,11 @@ class Warp:
             if guard is None:
                 exec_mask, active = mask, True
             else:
-                exec_mask = mask & (regs[guard[0]] == 0 if guard[1] else regs[guard[0]] != 0)
-                active = bool(np.count_nonzero(exec_mask))  # any(), at a third of its cost
+                exec_mask = mask & (regs[guard[0]] == 0 if guard[1] else regs[guard[0]].astype(BOOL))
+                lanes = int(np.count_nonzero(exec_mask))  # any(), at a third of its cost
+                active = lanes != 0
+                if lanes == LANES:  # every lane: the same lanes as `mask`, the warp's live lanes (all 32)
+                    exec_mask = mask
             if timed and gates[pc] is not None and active:
                 held = gates[pc](self)  # the clock holds the warp before this instruction (clock.py)
                 if held is not None:

@@ -554,9 +554,9 @@ def _cvt(instr, program):
         write, ra, rb = program.writer(d, "b32"), program.reader(a, "f32"), program.reader(b, "f32")
 
         def pack(w, mask):
-            hi = ra(w).astype(np.float16).view(np.uint16).astype(np.uint32)
-            lo = rb(w).astype(np.float16).view(np.uint16).astype(np.uint32)
-            write(w, (hi << np.uint32(16)) | lo, mask)
+            halves = np.empty((LANES, 2), np.float32)  # low half b, high half a (little-endian, as the host)
+            halves[:, 0], halves[:, 1] = rb(w), ra(w)
+            write(w, halves.astype(np.float16).view(np.uint32).reshape(LANES), mask)
 
         return pack
     dtyp, atyp = types[0], types[1]

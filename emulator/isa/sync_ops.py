@@ -311,8 +311,9 @@ def _shfl(instr, program):
         wd, wp = program.writer(dst, "b32"), None
     lane = np.arange(LANES)
 
-    def handler(w, mask):
-        av, bv, cv = ra(w), rb(w).astype(np.int64) & 31, rc(w).astype(np.int64)
+    def sources(w):
+        """(source lane of each lane, whether it is within the segment)"""
+        bv, cv = rb(w).astype(np.int64) & 31, rc(w).astype(np.int64)
         clamp, segmask = cv & 31, (cv >> 8) & 31
         max_lane = (lane & segmask) | (clamp & ~segmask)
         min_lane = lane & segmask
@@ -330,7 +331,17 @@ def _shfl(instr, program):
             ok = j <= max_lane
         else:
             raise EmulatorError("unimplemented", instr.opcode)
-        j = np.where(ok, j, lane)
+        return np.where(ok, j, lane), ok
+
+    if b.kind == "imm" and c.kind == "imm" and mode in ("idx", "up", "down", "bfly"):  # a reduction step: fixed lanes
+        constant = sources(None)
+        for array in constant:
+            array.setflags(write=False)
+        sources = lambda w: constant  # noqa: E731
+
+    def handler(w, mask):
+        av = ra(w)
+        j, ok = sources(w)
         if not mask[j[mask]].all():
             raise EmulatorError("warp", f"shfl.sync reads lanes {sorted(set(j[mask][~mask[j[mask]]].tolist()))} "
                                 "that do not take part")
