@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import EmulatorError, UnimplementedInstruction
+from .ptx import _registers
 
 # type suffix -> (NumPy dtype of the value, unsigned dtype of the same width)
 TYPES = {
@@ -97,7 +98,14 @@ class Program:
 
     def __init__(self, kernel):
         self.kernel = kernel
-        self.register_index = {name: i for i, name in enumerate(sorted(kernel.registers))}
+        # a warp's register file: one row per register, in the order the instructions first name them (rows an
+        # instruction uses lie close together: a warp's run touches few cache lines of its file)
+        first_use = {}
+        for instr in kernel.instructions:
+            for name in _registers(instr.operands):
+                first_use.setdefault(name, len(first_use))
+        order = sorted(kernel.registers, key=lambda name: (first_use.get(name, len(first_use)), name))
+        self.register_index = {name: i for i, name in enumerate(order)}
         for instr in kernel.instructions:
             if instr.guard:
                 self.register_index.setdefault(instr.guard[0], len(self.register_index))

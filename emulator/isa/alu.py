@@ -355,19 +355,32 @@ def _prmt(instr, program):
     write, ra, rb, rc = (program.writer(d, "b32"), program.reader(a, "b32"), program.reader(b, "b32"),
                          program.reader(c, "b32"))
 
+    def selectors(w):
+        """(per lane, the source byte of each byte of d (32, 4); whether it replicates that byte's sign)"""
+        nibbles = (rc(w)[:, None] >> _NIBBLES) & np.uint32(0xF)
+        return nibbles & np.uint32(7), (nibbles & np.uint32(8)) != 0
+
+    if c.kind == "imm":  # a constant selector (the usual): the same bytes every time
+        constant = selectors(None)
+        sign = bool(constant[1].any())
+        selectors = lambda w: constant  # noqa: E731
+    else:
+        sign = True
+
     def handler(w, mask):
         source = np.empty((LANES, 2), np.uint32)  # {b, a}: bytes 0-3 are a's, 4-7 b's (little-endian)
         source[:, 0], source[:, 1] = ra(w), rb(w)
-        selectors = (rc(w)[:, None] >> _NIBBLES) & np.uint32(0xF)  # (32, 4): byte k's selector
-        picked = np.take_along_axis(source.view(np.uint8), (selectors & np.uint32(7)).astype(np.intp), axis=1)
-        replicate = (selectors & np.uint32(8)) != 0
-        out = np.where(replicate, np.where(picked & 0x80, np.uint8(0xFF), np.uint8(0)), picked).astype(np.uint8)
+        picks, replicate = selectors(w)
+        out = source.view(np.uint8)[_LANE_ROWS, picks]  # (32, 4)
+        if sign:
+            out = np.where(replicate, np.where(out & 0x80, np.uint8(0xFF), np.uint8(0)), out).astype(np.uint8)
         write(w, np.ascontiguousarray(out).view(np.uint32).reshape(LANES), mask)
 
     return handler
 
 
 _NIBBLES = np.array([0, 4, 8, 12], np.uint32)
+_LANE_ROWS = np.arange(LANES)[:, None]
 
 
 # lop3's 3-input table split on a (Shannon): d = (a & F1(b, c)) | (~a & F0(b, c)), each half a 2-input table

@@ -40,6 +40,20 @@ def mbarrier_at(w, address: int, cluster_scope: bool):
     return cta, cta.mbarrier(offset, "")
 
 
+def _barriers(w, cluster_scope: bool):
+    """address -> (CTA, mbarrier), for the lanes of one instruction: lanes naming one barrier look it up once
+    (arrivals and waits neither initialize nor invalidate barriers)."""
+    found = {}
+
+    def at(address: int):
+        hit = found.get(address)
+        if hit is None:
+            hit = found[address] = mbarrier_at(w, address, cluster_scope)
+        return hit
+
+    return at
+
+
 def _lanes(mask) -> list:
     """The active lanes, as ints."""
     return np.flatnonzero(mask).tolist()
@@ -81,8 +95,9 @@ def _arrive_factory(instr, program, *, expect_tx: bool, drop: bool = False):
         a = addr(w).tolist()
         e = extra(w).tolist() if extra is not None else None
         tokens = np.zeros(LANES, np.uint64)
+        barrier_at = _barriers(w, cluster_scope)
         for lane in _lanes(mask):
-            _, bar = mbarrier_at(w, a[lane], cluster_scope)
+            _, bar = barrier_at(a[lane])
             if expect_tx:
                 bar.expect_tx(w.cta.grid, e[lane])
                 count = 1
@@ -118,8 +133,9 @@ def _tx(instr, program):
 
     def handler(w, mask):
         a, n = addr(w).tolist(), nbytes(w).tolist()
+        barrier_at = _barriers(w, cluster_scope)
         for lane in _lanes(mask):
-            _, bar = mbarrier_at(w, a[lane], cluster_scope)
+            _, bar = barrier_at(a[lane])
             if complete and w.cta.grid.trace is not None:
                 w.cta.grid.trace.arrive(w, bar)
             (bar.complete_tx if complete else bar.expect_tx)(w.cta.grid, n[lane])
@@ -147,8 +163,9 @@ def _wait(instr, program):
         a, par = addr(w).tolist(), parity(w).tolist()
         out = np.zeros(LANES, bool)
         wait = None
+        barrier_at = _barriers(w, cluster_scope)
         for lane in _lanes(mask):
-            cta, bar = mbarrier_at(w, a[lane], cluster_scope)
+            cta, bar = barrier_at(a[lane])
             p = par[lane] & 1
             if not bar.phase_complete(p):
                 observe(w.cta.grid, bar)
@@ -276,6 +293,13 @@ def _cluster_wait(instr, program):
 # --------------------------------------------------------------------------------------------------
 
 
+# per leader lane: elect.sync's results (read-only), the leader's id in every lane and the leader's predicate
+_LEADER_IDS = [np.full(LANES, lane, np.uint32) for lane in range(LANES)]
+_IS_LEADER = [np.arange(LANES) == lane for lane in range(LANES)]
+for _array in _LEADER_IDS + _IS_LEADER:
+    _array.setflags(write=False)
+
+
 @instruction("elect.sync")
 def _elect(instr, program):
     """elect.sync d|p, membermask (9.7.13.x): one leader among the active lanes of membermask: the
@@ -292,9 +316,9 @@ def _elect(instr, program):
         leader = next((lane for lane in _lanes(mask) if m >> lane & 1), None)
         if leader is None:
             raise EmulatorError("warp", "elect.sync with no active lane in membermask")
-        wd(w, np.full(LANES, leader, np.uint32), mask)
+        wd(w, _LEADER_IDS[leader], mask)
         if wp is not None:
-            wp(w, np.arange(LANES) == leader, mask)
+            wp(w, _IS_LEADER[leader], mask)
 
     return handler
 
