@@ -179,15 +179,17 @@ class Program:
             raise EmulatorError("unimplemented", f"operand {operand} cannot be written")
         index = self.register_index[operand.name]
         exact, unsigned = np.dtype(TYPES[typ][0]), np.dtype(TYPES[typ][1])
+        if typ == "pred":
+            exact = unsigned = BOOL  # a bool vector (0/1, as NumPy's comparisons make them) is the register's bits
 
         def write(w, values, mask):
             # values already of the type (most handlers' results): to_raw's bits without its checks, the
             # unsigned bits zero-extended by the assignment itself (a safe cast)
-            if values.__class__ is np.ndarray and values.dtype is exact and typ != "pred":
+            if values.__class__ is np.ndarray and values.dtype is exact:
                 raw = values.view(unsigned)
             else:
                 raw = to_raw(values, typ)
-            if mask is w.alive and w.full:
+            if mask is w._alive and w.full:
                 w.regs[index] = raw
             else:
                 np.copyto(w.regs[index], raw, where=mask)
@@ -350,6 +352,7 @@ class Warp:
             if self.ready is None:
                 self.ready = [0.0] * len(program.register_index)
             ready = self.ready
+            ready_at = ready.__getitem__
         count = 0
         while count < budget:
             if timed and self.time > clock.horizon:
@@ -361,9 +364,10 @@ class Warp:
                 pc, mask, _ = self.group or self._lowest_group()
             if timed:
                 # the scoreboard: an instruction issues when the registers it reads (or overwrites) are ready
-                for r in waits_on[pc]:
-                    if ready[r] > self.time:
-                        self.time = ready[r]
+                if waits_on[pc]:
+                    latest = max(map(ready_at, waits_on[pc]))
+                    if latest > self.time:
+                        self.time = latest
                 if lsu[pc] is not None:  # a global load or store waits for the SM's load/store unit
                     self.time = clock.lsu_start(self)
                 if self.time > clock.horizon:
@@ -406,8 +410,10 @@ class Warp:
                     clock.stored(self, pc, int(np.count_nonzero(exec_mask)) if active else 0)
                 elif issue_hooks[pc] is not None and active:
                     issue_hooks[pc](self, exec_mask)
-                for r in writes[pc]:
-                    ready[r] = self.time + latency
+                if writes[pc]:
+                    landed = self.time + latency
+                    for r in writes[pc]:
+                        ready[r] = landed
                 self.time += busy_costs[pc] if tensor_pipe.free > self.time else costs[pc]
             if result is None:
                 if self.lane_pc is None:
