@@ -352,7 +352,6 @@ class Warp:
             if self.ready is None:
                 self.ready = [0.0] * len(program.register_index)
             ready = self.ready
-            ready_at = ready.__getitem__
         count = 0
         while count < budget:
             if timed and self.time > clock.horizon:
@@ -364,10 +363,9 @@ class Warp:
                 pc, mask, _ = self.group or self._lowest_group()
             if timed:
                 # the scoreboard: an instruction issues when the registers it reads (or overwrites) are ready
-                if waits_on[pc]:
-                    latest = max(map(ready_at, waits_on[pc]))
-                    if latest > self.time:
-                        self.time = latest
+                for r in waits_on[pc]:
+                    if ready[r] > self.time:
+                        self.time = ready[r]
                 if lsu[pc] is not None:  # a global load or store waits for the SM's load/store unit
                     self.time = clock.lsu_start(self)
                 if self.time > clock.horizon:

@@ -200,34 +200,21 @@ def _store(instr, program):
     def handler(w, lane_mask):
         t, s = tmap_addr(w).tolist(), src(w).tolist()
         boxes, map_at = coords(w), _maps(w)
+        copies = {}  # the lanes issuing one copy (the same map, box and source) check it once
         for lane in np.flatnonzero(lane_mask).tolist():
             tmap = map_at(t[lane])
             box = boxes[lane]
-            rank, offset = split_shared(s[lane])
-            if rank != w.cta.rank:
-                raise EmulatorError("shared-bounds", f"TMA store source 0x{s[lane]:x} is not in this CTA")
-            nbytes = tma.box_bytes(tmap)
-            _check(tmap, box, s[lane], store=True)
-            w.cta.shared.check(offset, nbytes, "TMA store source")
-            gm = w.cta.grid.global_memory
-
-            def deliver(tmap=tmap, box=box, offset=offset, address=s[lane], nbytes=nbytes, gm=gm):
-                if w.cta.grid.timing_only:
-                    return
-                trace = w.cta.grid.trace
-                if trace is None:
-                    tma.store_box(tmap, box, w.cta.shared.read(offset, nbytes), address, gm.write)
-                    return
-                trace.shared_range(w.cta.shared, offset, nbytes, False)
-                spans = []
-
-                def write(a, data):
-                    spans.append((a, data.nbytes))
-                    gm.write(a, data)
-
-                tma.store_box(tmap, box, w.cta.shared.read(offset, nbytes), address, write)
-                trace.global_writes(spans)
-
+            key = (t[lane], s[lane], box, id(tmap))
+            copy = copies.get(key)
+            if copy is None:
+                rank, offset = split_shared(s[lane])
+                if rank != w.cta.rank:
+                    raise EmulatorError("shared-bounds", f"TMA store source 0x{s[lane]:x} is not in this CTA")
+                nbytes = tma.box_bytes(tmap)
+                _check(tmap, box, s[lane], store=True)
+                w.cta.shared.check(offset, nbytes, "TMA store source")
+                copy = copies[key] = (tmap, nbytes, _store_delivery(w, tmap, box, offset, s[lane], nbytes))
+            _, nbytes, deliver = copy
             trace = w.cta.grid.trace
             agent = None if trace is None else trace.issue(w, ("TMA store", w), f"TMA store unit for {w.label}")
             op = AsyncOp(deliver, (), where, agent, unit="tma.store", nbytes=nbytes, cta=w.cta,
@@ -236,6 +223,31 @@ def _store(instr, program):
             issue(w.cta.grid, op)
 
     return handler
+
+
+def _store_delivery(w, tmap, box, offset: int, address: int, nbytes: int):
+    """What a TMA store does when delivered: the box read from shared memory at `offset` written to global
+    memory (nothing in the timed mode's fast path)."""
+    gm = w.cta.grid.global_memory
+
+    def deliver():
+        if w.cta.grid.timing_only:
+            return
+        trace = w.cta.grid.trace
+        if trace is None:
+            tma.store_box(tmap, box, w.cta.shared.read(offset, nbytes), address, gm.write)
+            return
+        trace.shared_range(w.cta.shared, offset, nbytes, False)
+        spans = []
+
+        def write(a, data):
+            spans.append((a, data.nbytes))
+            gm.write(a, data)
+
+        tma.store_box(tmap, box, w.cta.shared.read(offset, nbytes), address, write)
+        trace.global_writes(spans)
+
+    return deliver
 
 
 @instruction("cp.async.bulk.commit_group")
