@@ -181,12 +181,16 @@ class Program:
         exact, unsigned = np.dtype(TYPES[typ][0]), np.dtype(TYPES[typ][1])
         if typ == "pred":
             exact = unsigned = BOOL  # a bool vector (0/1, as NumPy's comparisons make them) is the register's bits
+        integer = exact.kind in "iu"
 
         def write(w, values, mask):
-            # values already of the type (most handlers' results): to_raw's bits without its checks, the
-            # unsigned bits zero-extended by the assignment itself (a safe cast)
+            # to_raw's bits without its checks, zero-extended by the assignment itself (a safe cast): values of
+            # the type (most handlers' results) as they are; integers of another width (shifts, wide products)
+            # reduced modulo 2^bits by one cast to the unsigned type, which is what to_raw's two casts leave
             if values.__class__ is np.ndarray and values.dtype is exact:
                 raw = values.view(unsigned)
+            elif integer and values.__class__ is np.ndarray and values.dtype.kind in "iu":
+                raw = values.astype(unsigned)
             else:
                 raw = to_raw(values, typ)
             if mask is w._alive and w.full:
