@@ -192,16 +192,19 @@ def few_collections():
     entries, closures, per-lane tuples), nearly all freed by reference counting, and each collection of the
     oldest generation would walk every object the process holds (the DSL's and torch's: some 300 thousand,
     a fifth of a timed run's time). Those are frozen out of collections, and young objects are collected
-    less often; both are restored after. What runs is the same: nothing in the emulator waits on a
-    collection."""
+    less often; both are restored after. What runs is the same: a collection frees only objects nothing
+    refers to any more."""
     threshold = gc.get_threshold()
-    gc.freeze()
+    freeze = gc.get_freeze_count() == 0  # a caller's own frozen objects stay frozen after the run
+    if freeze:
+        gc.freeze()
     gc.set_threshold(max(threshold[0], 20_000), *threshold[1:])
     try:
         yield
     finally:
         gc.set_threshold(*threshold)
-        gc.unfreeze()
+        if freeze:
+            gc.unfreeze()
 
 
 def _execute_stream(items: list, memory, *, mode, seed, step_budget, barrier_names, warp_roles, races, machine,
