@@ -164,15 +164,26 @@ def _wait(instr, program):
         out = np.zeros(LANES, bool)
         wait = None
         barrier_at = _barriers(w, cluster_scope)
+        # lanes asking one barrier about one parity get one answer, except in adversarial mode, where asking
+        # may deliver work that completes the phase (async_ops.observe) between two lanes
+        answers = None if w.cta.grid.mode == "adversarial" else {}
+        trace = w.cta.grid.trace
         for lane in _lanes(mask):
-            cta, bar = barrier_at(a[lane])
-            p = par[lane] & 1
-            if not bar.phase_complete(p):
-                observe(w.cta.grid, bar)
-            out[lane] = bar.phase_complete(p)
-            if out[lane] and w.cta.grid.trace is not None:
-                w.cta.grid.trace.observe(w, bar)
-            if not out[lane] and wait is None:
+            question = (a[lane], par[lane] & 1)
+            answer = answers.get(question) if answers is not None else None
+            if answer is None:
+                cta, bar = barrier_at(a[lane])
+                p = question[1]
+                if not bar.phase_complete(p):
+                    observe(w.cta.grid, bar)
+                answer = (cta, bar, p, bar.phase_complete(p))
+                if answers is not None:
+                    answers[question] = answer
+            cta, bar, p, complete = answer
+            out[lane] = complete
+            if complete and trace is not None:
+                trace.observe(w, bar)
+            if not complete and wait is None:
                 wait = MBarrierWait(cta, bar, p)
         write(w, out, mask)
         if not blocking or wait is None:
