@@ -79,6 +79,7 @@ from .tcgen05 import COLUMNS as TMEM_COLUMNS
 
 RUN, EVENT, TIMEOUT, LAUNCH, COMPLETE = 0, 1, 2, 3, 4
 UNBOUNDED = 1 << 62
+INFINITY = float("inf")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -482,6 +483,7 @@ class Clock:
         self.states: list[GridState] = []
         self.state_of: dict = {}  # grid -> GridState
         self.tables: dict = {}  # program -> ProgramTables
+        self.contexts: dict = {}  # warp -> its ProgramTables' columns and its SM's TensorPipe: issue_context
         self.dirty: dict = {}  # call -> DirtyL2
         self.memory = None  # the global memory every grid of the stream shares
         # lines a global load brought into L2 (the board flushes L2 and each call reads new inputs: a first
@@ -563,6 +565,19 @@ class Clock:
 
     def program_tables(self, warp) -> ProgramTables:
         return self.state_of[warp.cta.grid].tables
+
+    def issue_context(self, warp) -> tuple:
+        """What `warp.run` looks up on every call (each call is mostly one instruction: the horizon is the
+        next warp's time), fixed once the warp is on an SM: its program's tables (costs, busy costs,
+        latencies, registers waited on, registers written, L1 and load/store-unit address readers, global
+        store bytes, issue hooks, gates) and its SM's tensor pipe."""
+        context = self.contexts.get(warp)
+        if context is None:
+            t = self.program_tables(warp)
+            context = self.contexts[warp] = (t.costs, t.busy_costs, t.latencies, t.waits_on, t.writes,
+                                             t.l1_addresses, t.lsu_addresses, t.store_bytes, t.issue_hooks,
+                                             t.gates, self.tensor_pipe(warp))
+        return context
 
     def _recorded(self, grid) -> bool:
         """The timeline records the first launch of its call of the stream (GridState.recorded)."""
@@ -701,12 +716,22 @@ class Clock:
             return
         self.states[0].scheduled = True
         self._push(0.0, LAUNCH, self.states[0])
+        queue = self.queue
+        again = None  # the entry of the warp that just ran, pushed as the next entry is popped (one heap pass)
         while True:
-            if not self.queue:
+            if again is not None:
+                time, _, kind, payload, ticket = heapq.heappushpop(queue, again)
+                again = None
+            elif queue:
+                time, _, kind, payload, ticket = heapq.heappop(queue)
+            else:
                 if not self._wake_missed():
                     break
                 continue
-            time, _, kind, payload, ticket = heapq.heappop(self.queue)
+            if kind == RUN:
+                if ticket == payload.clock_ticket and not payload.done:
+                    again = self._issue(payload, time)
+                continue
             if kind == EVENT:
                 self.event_time = time
                 payload.deliver(payload.cta.grid)
@@ -726,7 +751,7 @@ class Clock:
                 if not any(k != TIMEOUT for _, _, k, _, _ in self.queue):
                     self._idle(warp)
                 self._unpark(warp)
-            self._issue(warp, time)
+            again = self._issue(warp, time)
         if any(not w.done for s in self.states for w in s.warps) or any(s.completed is None for s in self.states):
             self._hang("every live warp is blocked and no asynchronous work is pending")
 
@@ -746,14 +771,17 @@ class Clock:
                        "nothing else is pending")
         self.idle_woken.add(warp)
 
-    def _issue(self, warp, time: float) -> None:
+    def _issue(self, warp, time: float):
+        """Run `warp` from `time` until it stops (the horizon, a wait, its end). Returns its next queue entry
+        when it can go on (for Clock.run to push), else None."""
         grid = warp.cta.grid
-        recorded = self._recorded(grid)
+        recorded = self.timeline is not None and self._recorded(grid)
         if recorded and warp.wait is not None:
             self.timeline.wait(warp, warp.time, max(warp.time, time), warp.wait)
         warp.wait = None
-        warp.time = max(warp.time, time)
-        self.horizon = self.queue[0][0] if self.queue else float("inf")
+        if time > warp.time:
+            warp.time = time
+        self.horizon = self.queue[0][0] if self.queue else INFINITY
         self.current = warp
         start = warp.time
         if recorded and self.timeline.traced(warp):
@@ -771,10 +799,12 @@ class Clock:
             if all(w.done for w in cta.warps):
                 self._cta_exited(cta, max(w.time for w in cta.warps))
             return
-        if warp.wait is None:
-            self._ready(warp, warp.time)
-            return
+        if warp.wait is None:  # _ready's entry, pushed by Clock.run
+            warp.clock_ticket += 1
+            self.sequence += 1
+            return warp.time, self.sequence, RUN, warp, warp.clock_ticket
         self._park(warp)
+        return None
 
     def _run_traced(self, warp) -> int:
         """warp.run, one instruction at a time, each reported to the timeline's trace: the same stops (a

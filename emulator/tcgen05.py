@@ -49,6 +49,7 @@ disable-output-lane masks, tcgen05.st, tcgen05.shift, the collector buffer hints
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -384,10 +385,25 @@ def tcgen05_ld(tmem: TensorMemory, address: int, shape: str, num: int, warp_quar
     lane, column = split_address(address)
     lane %= LANES
     first = 32 * warp_quarter
+    lanes, columns, span, low, extent = _ld_cells(shape, num)  # relative to (lane, column)
+    lanes, columns, span = lanes + lane, columns + column, (lane, span)
+    if not (first <= span[0] and span[0] + span[1] <= first + 32):
+        raise EmulatorError("tmem", f"tcgen05.ld.{shape} at lane {lane} from warp {warp_quarter} (mod 4): a warp "
+                            f"may access lanes {first}..{first + 31} only")
+    if tmem.trace is not None:
+        tmem.trace.tmem(tmem, span[0], span[1], column + low, extent, False)
+    tmem.check(column + low, extent, f"tcgen05.ld.{shape}.x{num}")
+    return tmem.cells[lanes, columns]
+
+
+@functools.lru_cache(maxsize=None)
+def _ld_cells(shape: str, num: int) -> tuple:
+    """tcgen05.ld.shape.num's cells for lane 0, column 0: (lanes (32, registers), columns (32, registers), the
+    lanes it spans, its lowest column, its columns' extent)."""
     if shape == "32x32b":
-        lanes = np.arange(32)[:, None] + lane + np.zeros((1, num), int)
-        columns = column + np.arange(num)[None, :] + np.zeros((32, 1), int)
-        span = (lane, 32)
+        lanes = np.arange(32)[:, None] + np.zeros((1, num), int)
+        columns = np.arange(num)[None, :] + np.zeros((32, 1), int)
+        span = 32
     elif shape == "16x256b":
         t = np.arange(32)
         row = t // 4
@@ -396,36 +412,46 @@ def tcgen05_ld(tmem: TensorMemory, address: int, shape: str, num: int, warp_quar
         for i in range(num):
             for half in (0, 8):
                 for c in (0, 1):
-                    lanes_list.append(lane + half + row)
-                    cols_list.append(column + 8 * i + col + c)
+                    lanes_list.append(half + row)
+                    cols_list.append(8 * i + col + c)
         lanes = np.stack(lanes_list, axis=1)
         columns = np.stack(cols_list, axis=1)
-        span = (lane, 16)
+        span = 16
     else:
         raise EmulatorError("unimplemented", f"tcgen05.ld.{shape}")
-    if not (first <= span[0] and span[0] + span[1] <= first + 32):
-        raise EmulatorError("tmem", f"tcgen05.ld.{shape} at lane {lane} from warp {warp_quarter} (mod 4): a warp "
-                            f"may access lanes {first}..{first + 31} only")
-    if tmem.trace is not None:
-        tmem.trace.tmem(tmem, span[0], span[1], int(columns.min()), int(columns.max() - columns.min() + 1), False)
-    tmem.check(int(columns.min()), int(columns.max() - columns.min() + 1), f"tcgen05.ld.{shape}.x{num}")
-    return tmem.cells[lanes, columns]
+    lanes.setflags(write=False)
+    columns.setflags(write=False)
+    return lanes, columns, span, int(columns.min()), int(columns.max() - columns.min() + 1)
 
 
 def stmatrix_m8n8(row_addresses: np.ndarray, registers: np.ndarray, trans: bool):
     """stmatrix.m8n8.xN[.trans].b16: (addresses, uint16 values) of every element stored. `row_addresses`
-    (32 lanes) and `registers` (32 lanes, N matrices) as the warp holds them."""
+    (32 lanes) and `registers` (32 lanes, N matrices) as the warp holds them; per matrix i and half h (the
+    register's low, then high 16 bits), lane t's element goes to row t / 4, column 2 (t % 4) + h of the 8x8
+    matrix whose rows lanes 8i .. 8i + 7 address (`.trans`: the transposed position)."""
     count = registers.shape[1]
+    rows, offsets = _stmatrix_cells(count, trans)
+    addresses = row_addresses.astype(np.int64)[rows] + offsets
+    words = registers.astype(np.uint32).T  # (N, 32)
+    values = ((words[:, None, :] >> _HALF_SHIFTS) & 0xFFFF).astype(np.uint16)  # (N, 2, 32)
+    return addresses, values.reshape(-1)
+
+
+_HALF_SHIFTS = np.array([0, 16], np.uint32)[None, :, None]
+
+
+@functools.lru_cache(maxsize=None)
+def _stmatrix_cells(count: int, trans: bool) -> tuple:
+    """Per element stored, in (matrix, half, lane) order: the lane whose row address it is at, and its byte
+    offset from that row's address."""
     t = np.arange(32)
-    addresses, values = [], []
+    rows, offsets = [], []
     for i in range(count):
-        rows_of_matrix = row_addresses[8 * i:8 * i + 8].astype(np.int64)
-        word = registers[:, i].astype(np.uint32)
         for half in (0, 1):
             r, c = t // 4, 2 * (t % 4) + half
-            if trans:
-                addresses.append(rows_of_matrix[c] + 2 * r)
-            else:
-                addresses.append(rows_of_matrix[r] + 2 * c)
-            values.append(((word >> (16 * half)) & 0xFFFF).astype(np.uint16))
-    return np.concatenate(addresses), np.concatenate(values)
+            rows.append(8 * i + (c if trans else r))
+            offsets.append(2 * (r if trans else c))
+    rows, offsets = np.concatenate(rows), np.concatenate(offsets).astype(np.int64)
+    rows.setflags(write=False)
+    offsets.setflags(write=False)
+    return rows, offsets

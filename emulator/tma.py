@@ -65,6 +65,7 @@ rounding, FTZ formats), reductions (`cp.reduce.async.bulk.tensor`, refused by bu
 from __future__ import annotations
 
 import enum
+import math
 import struct
 from dataclasses import dataclass
 from typing import Callable
@@ -207,9 +208,27 @@ def _enum_or_int(kind, value: int):
     return kind(value) if value in kind._value2member_map_ else value
 
 
+# raw bytes -> TensorMap: a map's fields are a function of its 128 bytes, and the copies of a kernel read the
+# same few maps again and again (every lane of every TMA store re-reads its map). Bounded: maps patched on the
+# device (tensormap.replace) make new byte strings.
+_DECODED: dict = {}
+_DECODED_LIMIT = 4096
+
+
 def decode_tensor_map(raw: bytes) -> TensorMap:
     """The fields of a 128-byte tensor map (layout: the module docstring's table). Decoding never refuses a
-    map: what the emulator cannot copy with is refused by `check_copy`."""
+    map: what the emulator cannot copy with is refused by `check_copy`. A TensorMap is immutable: the maps
+    of equal bytes are one object."""
+    raw = bytes(raw)
+    tmap = _DECODED.get(raw)
+    if tmap is None:
+        if len(_DECODED) >= _DECODED_LIMIT:
+            _DECODED.clear()
+        tmap = _DECODED[raw] = _decode(raw)
+    return tmap
+
+
+def _decode(raw: bytes) -> TensorMap:
     if len(raw) != TENSOR_MAP_BYTES:
         raise ValueError(f"a tensor map is {TENSOR_MAP_BYTES} bytes, got {len(raw)}")
     w = struct.unpack("<16Q", raw)
@@ -527,11 +546,19 @@ def box_extent(tmap: TensorMap) -> tuple[int, ...]:
     return (tmap.box[0],) + tuple(-(-b // s) for b, s in zip(tmap.box[1:], tmap.element_strides[1:]))
 
 
+_BOX_BYTES: dict = {}  # map bytes -> box_bytes (a TensorMap's fields are its bytes')
+
+
 def box_bytes(tmap: TensorMap) -> int:
     """Bytes one load of a box writes to shared memory, out-of-bound elements included: the transaction
     count its mbarrier completes (ISA 9.7.9.25.5.1; 5.5.3.3: out-of-bound elements are filled, not
     skipped; an H100 completes exactly this count for boxes partly and wholly out of bounds)."""
-    return int(np.prod(box_extent(tmap), dtype=np.int64)) * tmap.element_bits // 8
+    nbytes = _BOX_BYTES.get(tmap.raw)
+    if nbytes is None:
+        if len(_BOX_BYTES) >= _DECODED_LIMIT:
+            _BOX_BYTES.clear()
+        nbytes = _BOX_BYTES[tmap.raw] = math.prod(box_extent(tmap)) * tmap.element_bits // 8
+    return nbytes
 
 
 def box_key(tmap: TensorMap, coords: tuple[int, ...]) -> tuple:

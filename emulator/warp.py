@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import EmulatorError, UnimplementedInstruction
+from .ptx import _registers
 
 # type suffix -> (NumPy dtype of the value, unsigned dtype of the same width)
 TYPES = {
@@ -31,6 +32,7 @@ TYPES = {
     "pred": (np.bool_, np.uint8),
 }
 LANES = 32
+BOOL = np.dtype(bool)
 ALL_LANES = np.ones(LANES, bool)
 LANE_IDS = np.arange(LANES, dtype=np.uint32)
 
@@ -96,7 +98,14 @@ class Program:
 
     def __init__(self, kernel):
         self.kernel = kernel
-        self.register_index = {name: i for i, name in enumerate(sorted(kernel.registers))}
+        # a warp's register file: one row per register, in the order the instructions first name them (rows an
+        # instruction uses lie close together: a warp's run touches few cache lines of its file)
+        first_use = {}
+        for instr in kernel.instructions:
+            for name in _registers(instr.operands):
+                first_use.setdefault(name, len(first_use))
+        order = sorted(kernel.registers, key=lambda name: (first_use.get(name, len(first_use)), name))
+        self.register_index = {name: i for i, name in enumerate(order)}
         for instr in kernel.instructions:
             if instr.guard:
                 self.register_index.setdefault(instr.guard[0], len(self.register_index))
@@ -128,11 +137,13 @@ class Program:
                 dtype, unsigned = TYPES[typ]
                 return lambda w: np.asarray(special(w, sub)).astype(np.uint64).astype(unsigned).view(dtype)
             index = self.register_index[name]
-            dtype, unsigned = TYPES[typ]
+            dtype, unsigned = np.dtype(TYPES[typ][0]), np.dtype(TYPES[typ][1])  # instances: NumPy's quick path
             if typ == "pred":
-                return lambda w: w.regs[index] != 0
+                return lambda w: w.regs[index].astype(BOOL)  # != 0, at half the cost
             if unsigned == np.uint64:
                 return lambda w: w.regs[index].view(dtype).copy()
+            if dtype == unsigned:
+                return lambda w: w.regs[index].astype(unsigned)
             return lambda w: w.regs[index].astype(unsigned).view(dtype)
         if kind == "imm":
             value = operand.value
@@ -167,9 +178,25 @@ class Program:
         if operand.kind != "reg":
             raise EmulatorError("unimplemented", f"operand {operand} cannot be written")
         index = self.register_index[operand.name]
+        exact, unsigned = np.dtype(TYPES[typ][0]), np.dtype(TYPES[typ][1])
+        if typ == "pred":
+            exact = unsigned = BOOL  # a bool vector (0/1, as NumPy's comparisons make them) is the register's bits
+        integer = exact.kind in "iu"
 
         def write(w, values, mask):
-            np.copyto(w.regs[index], to_raw(values, typ), where=mask)
+            # to_raw's bits without its checks, zero-extended by the assignment itself (a safe cast): values of
+            # the type (most handlers' results) as they are; integers of another width (shifts, wide products)
+            # reduced modulo 2^bits by one cast to the unsigned type, which is what to_raw's two casts leave
+            if values.__class__ is np.ndarray and values.dtype is exact:
+                raw = values.view(unsigned)
+            elif integer and values.__class__ is np.ndarray and values.dtype.kind in "iu":
+                raw = values.astype(unsigned)
+            else:
+                raw = to_raw(values, typ)
+            if mask is w._alive and w.full:
+                w.regs[index] = raw
+            else:
+                np.copyto(w.regs[index], raw, where=mask)
 
         return write
 
@@ -277,6 +304,7 @@ class Warp:
         self.alive = self.thread_ids < cta.threads
         self.pc = 0
         self.lane_pc = None  # per-lane PCs while diverged
+        self.group = None  # while diverged: the lanes at the lowest PC, kept until the PCs change (_lowest_group)
         self.wait = None  # a Wait while blocked
         self.last_index = 0  # the instruction last executed (for reports)
         self.failed_wait = None  # (pc, barrier, parity, progress) of the last failed try_wait (sync_ops.py)
@@ -290,8 +318,17 @@ class Warp:
         self.label = f"{cta.label} warp {warp_id}"
 
     @property
-    def done(self) -> bool:
-        return not self.alive.any()
+    def alive(self) -> np.ndarray:
+        """The lanes that have not exited (bool, 32)."""
+        return self._alive
+
+    @alive.setter
+    def alive(self, lanes: np.ndarray) -> None:
+        self._alive = lanes
+        self.group = None  # the lanes a diverged warp runs next (_lowest_group) are taken among the live ones
+        live = int(np.count_nonzero(lanes))
+        self.done = live == 0  # asked before every issue: kept beside the lanes, not recomputed
+        self.full = live == LANES  # every lane live: an instruction of the live lanes writes whole registers
 
     @property
     def role(self) -> str:
@@ -306,31 +343,29 @@ class Warp:
         are ready; the time then advances by the instruction's issue cost and its results are ready a
         latency after issue. The warp stops before issuing past `clock.horizon` (the next event anywhere), and
         before an instruction the clock holds it at (a gate: griddepcontrol.wait on a grid still running,
-        tcgen05.alloc on an SM whose tensor memory another CTA holds), which it issues once woken."""
+        tcgen05.alloc on an SM whose tensor memory another CTA holds), which it issues once woken.
+        A warp that runs has a live lane, and the lanes at its lowest PC are live: an unguarded instruction
+        executes in at least one lane."""
         program = self.program
         steps, guards, aligned = program.steps, program.guards, program.aligned
-        instructions = program.kernel.instructions
-        if clock is not None:
-            tables = clock.program_tables(self)
-            costs, store_bytes, issue_hooks = tables.costs, tables.store_bytes, tables.issue_hooks
-            latencies, waits_on, writes, l1_loads = tables.latencies, tables.waits_on, tables.writes, tables.l1_addresses
-            lsu, busy_costs, gates = tables.lsu_addresses, tables.busy_costs, tables.gates
-            tensor_pipe = clock.tensor_pipe(self)
+        regs = self.regs
+        timed = clock is not None
+        if timed:
+            (costs, busy_costs, latencies, waits_on, writes, l1_loads, lsu, store_bytes, issue_hooks, gates,
+             tensor_pipe) = clock.issue_context(self)
             if self.ready is None:
                 self.ready = [0.0] * len(program.register_index)
             ready = self.ready
         count = 0
         while count < budget:
-            if clock is not None and self.time > clock.horizon:
+            if timed and self.time > clock.horizon:
                 return count
             if self.lane_pc is None:
                 pc = self.pc
-                mask = self.alive
+                mask = self._alive
             else:
-                live = self.lane_pc[self.alive]
-                pc = int(live.min())
-                mask = self.alive & (self.lane_pc == pc)
-            if clock is not None:
+                pc, mask, _ = self.group or self._lowest_group()
+            if timed:
                 # the scoreboard: an instruction issues when the registers it reads (or overwrites) are ready
                 for r in waits_on[pc]:
                     if ready[r] > self.time:
@@ -344,50 +379,57 @@ class Warp:
             self.last_index = pc
             count += 1
             guard = guards[pc]
-            exec_mask = mask
-            if guard is not None:
-                g = self.regs[guard[0]] != 0
-                exec_mask = mask & (~g if guard[1] else g)
-            if clock is not None and gates[pc] is not None and exec_mask.any():
+            if guard is None:
+                exec_mask, active = mask, True
+            else:
+                exec_mask = mask & (regs[guard[0]] == 0 if guard[1] else regs[guard[0]].astype(BOOL))
+                lanes = int(np.count_nonzero(exec_mask))  # any(), at a third of its cost
+                active = lanes != 0
+                if lanes == LANES:  # every lane: the same lanes as `mask`, the warp's live lanes (all 32)
+                    exec_mask = mask
+            if timed and gates[pc] is not None and active:
                 held = gates[pc](self)  # the clock holds the warp before this instruction (clock.py)
                 if held is not None:
                     self.wait = held
                     return count - 1
-            if aligned[pc] and exec_mask is not self.alive and not np.array_equal(exec_mask, self.alive):
+            if aligned[pc] and exec_mask is not self._alive and not np.array_equal(exec_mask, self._alive):
                 raise EmulatorError("aligned", f"`.aligned` instruction executed by lanes "
                                     f"{np.flatnonzero(exec_mask).tolist()} of live lanes "
-                                    f"{np.flatnonzero(self.alive).tolist()}", self.where(pc))
-            instr = instructions[pc]
-            if clock is not None:
-                latency = clock.load_latency(self, pc, exec_mask) if l1_loads[pc] and exec_mask.any() \
-                    else latencies[pc]
+                                    f"{np.flatnonzero(self._alive).tolist()}", self.where(pc))
+            if timed:
+                latency = clock.load_latency(self, pc, exec_mask) if l1_loads[pc] and active else latencies[pc]
             try:
-                result = steps[pc](self, exec_mask) if exec_mask.any() else None
+                result = steps[pc](self, exec_mask) if active else None
             except EmulatorError as e:
                 if not e.where:
                     e.where = self.where(pc)
                     e.args = (f"{e.kind}: {e.message} ({e.where})",)
                 raise
-            if clock is not None:
-                if lsu[pc] is not None and exec_mask.any():
+            if timed:
+                if lsu[pc] is not None and active:
                     clock.lsu_request(self, pc, exec_mask)
                 if store_bytes[pc]:
-                    clock.stored(self, pc, int(exec_mask.sum()))
-                elif issue_hooks[pc] is not None and exec_mask.any():
+                    clock.stored(self, pc, int(np.count_nonzero(exec_mask)) if active else 0)
+                elif issue_hooks[pc] is not None and active:
                     issue_hooks[pc](self, exec_mask)
-                for r in writes[pc]:
-                    ready[r] = self.time + latency
+                if writes[pc]:
+                    landed = self.time + latency
+                    for r in writes[pc]:
+                        ready[r] = landed
                 self.time += busy_costs[pc] if tensor_pipe.free > self.time else costs[pc]
             if result is None:
-                self._advance(mask, pc + 1)
+                if self.lane_pc is None:
+                    self.pc = pc + 1
+                else:
+                    self._advance(mask, pc + 1)
                 continue
             kind = result[0]
             if kind == "branch":
                 taken = exec_mask
                 target = result[1]
-                if self.lane_pc is None and (taken is mask or np.array_equal(taken, mask)):
+                if self.lane_pc is None and (taken is mask or bool((taken == mask).all())):
                     self.pc = target
-                elif self.lane_pc is None and not taken.any():
+                elif self.lane_pc is None and not active:
                     self.pc = pc + 1
                 else:
                     self._diverge()
@@ -396,7 +438,7 @@ class Warp:
                     self._reconverge()
             elif kind == "exit":
                 self._advance(mask, pc + 1)
-                self.alive = self.alive & ~exec_mask
+                self.alive = self._alive & ~exec_mask
                 self.cta.grid.progress += 1
                 if self.done:
                     trace = self.cta.grid.trace
@@ -411,24 +453,42 @@ class Warp:
             elif kind == "yield":
                 self._advance(mask, pc + 1)
                 return count
-            del instr
         return count
+
+    def _lowest_group(self) -> tuple:
+        """A diverged warp's lanes at the lowest PC (those it runs next): (that PC, those lanes (read-only),
+        the next higher PC of a live lane or None), kept as `group` until the lanes' PCs change otherwise
+        than by that group moving on."""
+        live = self.lane_pc[self._alive]
+        pc = int(live.min())
+        mask = self._alive & (self.lane_pc == pc)
+        mask.setflags(write=False)
+        higher = live[live != pc]
+        self.group = (pc, mask, int(higher.min()) if higher.size else None)
+        return self.group
 
     def _advance(self, mask, next_pc: int) -> None:
         if self.lane_pc is None:
             self.pc = next_pc
-        else:
-            self.lane_pc[mask] = next_pc
-            self._reconverge()
+            return
+        self.lane_pc[mask] = next_pc
+        group = self.group
+        if group is not None and group[1] is mask and group[2] is not None and next_pc < group[2]:
+            # the lowest lanes moved on and are still the lowest, apart from the others: no reconvergence
+            self.group = (next_pc, mask, group[2])
+            return
+        self._reconverge()
 
     def _diverge(self) -> None:
         if self.lane_pc is None:
             self.lane_pc = np.full(LANES, self.pc, np.int64)
+        self.group = None
 
     def _reconverge(self) -> None:
+        self.group = None
         if self.lane_pc is None:
             return
-        live = self.lane_pc[self.alive]
+        live = self.lane_pc[self._alive]
         if live.size and (live == live[0]).all():
             self.pc = int(live[0])
             self.lane_pc = None

@@ -27,12 +27,16 @@ def _wide(values, typ):
 
 
 def _binary(fn):
-    """Factory for `op.type d, a, b` with `fn(a, b, typ)`."""
+    """Factory for `op.type d, a, b` with `fn(a, b, typ)`. Integer vectors wrap without a word from NumPy;
+    a float overflow to infinity is the ISA's result too, and NumPy is told not to warn about it."""
 
     def factory(instr, program):
         typ = type_of(instr)
         d, a, b = instr.operands[:3]
         write, ra, rb = program.writer(d, typ), program.reader(a, typ), program.reader(b, typ)
+
+        if not _float(typ):
+            return lambda w, mask: write(w, fn(ra(w), rb(w), typ), mask)
 
         def handler(w, mask):
             with np.errstate(over="ignore"):
@@ -48,6 +52,9 @@ def _unary(fn):
         typ = type_of(instr)
         d, a = instr.operands[:2]
         write, ra = program.writer(d, typ), program.reader(a, typ)
+
+        if not _float(typ):
+            return lambda w, mask: write(w, fn(ra(w), typ), mask)
 
         def handler(w, mask):
             with np.errstate(over="ignore"):
@@ -100,22 +107,19 @@ def _abs(instr, program):
 def _f16x2(fn):
     """Factory for `op.rn.f16x2 d, a, b` (9.7.4 half precision): each 16-bit half of a and b, low with
     low and high with high, through `fn` in float32 (exact for a product or sum of two f16 values), then
-    rounded once to f16, nearest even."""
+    rounded once to f16, nearest even. A register's halves are viewed in place, the low one first (the
+    host is little-endian, as every byte view of the emulator's memory assumes)."""
 
     def factory(instr, program):
         d, a, b = instr.operands[:3]
         write, ra, rb = program.writer(d, "b32"), program.reader(a, "b32"), program.reader(b, "b32")
 
-        def halves(raw):
-            return (raw & np.uint32(0xFFFF)).astype(np.uint16).view(np.float16), \
-                (raw >> np.uint32(16)).astype(np.uint16).view(np.float16)
-
         def handler(w, mask):
-            (alo, ahi), (blo, bhi) = halves(ra(w)), halves(rb(w))
+            x = ra(w).view(np.float16).astype(np.float32)  # 64 halves: lane 0 low, lane 0 high, lane 1 low...
+            y = rb(w).view(np.float16).astype(np.float32)
             with np.errstate(over="ignore", invalid="ignore"):
-                lo = fn(alo.astype(np.float32), blo.astype(np.float32)).astype(np.float16)
-                hi = fn(ahi.astype(np.float32), bhi.astype(np.float32)).astype(np.float16)
-            write(w, (hi.view(np.uint16).astype(np.uint32) << np.uint32(16)) | lo.view(np.uint16), mask)
+                halves = fn(x, y).astype(np.float16)
+            write(w, halves.view(np.uint32), mask)
 
         return handler
 
@@ -172,19 +176,10 @@ def _mad(instr, program):
         write, ra, rb, rc = (program.writer(d, wide), program.reader(a, typ), program.reader(b, typ),
                              program.reader(c, wide))
 
-        def handler(w, mask):
-            with np.errstate(over="ignore"):
-                write(w, _wide(ra(w), typ) * _wide(rb(w), typ) + rc(w), mask)
-
-        return handler
+        return lambda w, mask: write(w, _wide(ra(w), typ) * _wide(rb(w), typ) + rc(w), mask)  # integer: wraps
     write, ra, rb, rc = (program.writer(d, typ), program.reader(a, typ), program.reader(b, typ),
                          program.reader(c, typ))
-
-    def lo(w, mask):
-        with np.errstate(over="ignore"):
-            write(w, ra(w) * rb(w) + rc(w), mask)
-
-    return lo
+    return lambda w, mask: write(w, ra(w) * rb(w) + rc(w), mask)  # integer vectors wrap silently
 
 
 @instruction("fma")
@@ -263,6 +258,19 @@ def _shift(left: bool):
         d, a, b = instr.operands[:3]
         write, ra, rb = program.writer(d, typ), program.reader(a, typ), program.reader(b, "u32")
         signed = typ.startswith("s")
+        if b.kind == "imm":  # a constant amount (most shifts): the same bits, without the per-lane clamping
+            amount = min(int(rb(None)[0]), bits)
+            if signed and not left:
+                shift = np.int64(min(amount, 63))
+                return lambda w, mask: write(w, ra(w).astype(np.int64) >> shift, mask)
+            if amount >= bits:
+                zeros = np.zeros(LANES, np.uint64)
+                zeros.setflags(write=False)
+                return lambda w, mask: write(w, zeros, mask)
+            shift = np.uint64(amount)
+            if left:
+                return lambda w, mask: write(w, ra(w).astype(np.uint64) << shift, mask)
+            return lambda w, mask: write(w, ra(w).astype(np.uint64) >> shift, mask)
 
         def handler(w, mask):
             x = ra(w)
@@ -347,37 +355,59 @@ def _prmt(instr, program):
     write, ra, rb, rc = (program.writer(d, "b32"), program.reader(a, "b32"), program.reader(b, "b32"),
                          program.reader(c, "b32"))
 
+    def selectors(w):
+        """(per lane, the source byte of each byte of d (32, 4); whether it replicates that byte's sign)"""
+        nibbles = (rc(w)[:, None] >> _NIBBLES) & np.uint32(0xF)
+        return nibbles & np.uint32(7), (nibbles & np.uint32(8)) != 0
+
+    if c.kind == "imm":  # a constant selector (the usual): the same bytes every time
+        constant = selectors(None)
+        sign = bool(constant[1].any())
+        selectors = lambda w: constant  # noqa: E731
+    else:
+        sign = True
+
     def handler(w, mask):
-        source = (rb(w).astype(np.uint64) << np.uint64(32)) | ra(w).astype(np.uint64)
-        sel = rc(w).astype(np.uint64)
-        out = np.zeros(LANES, np.uint64)
-        for k in range(4):
-            nib = (sel >> np.uint64(4 * k)) & np.uint64(0xF)
-            byte = (source >> ((nib & np.uint64(7)) * np.uint64(8))) & np.uint64(0xFF)
-            byte = np.where(nib & np.uint64(8), np.where(byte & np.uint64(0x80), np.uint64(0xFF), np.uint64(0)), byte)
-            out |= byte << np.uint64(8 * k)
-        write(w, out, mask)
+        source = np.empty((LANES, 2), np.uint32)  # {b, a}: bytes 0-3 are a's, 4-7 b's (little-endian)
+        source[:, 0], source[:, 1] = ra(w), rb(w)
+        picks, replicate = selectors(w)
+        out = source.view(np.uint8)[_LANE_ROWS, picks]  # (32, 4)
+        if sign:
+            out = np.where(replicate, np.where(out & 0x80, np.uint8(0xFF), np.uint8(0)), out).astype(np.uint8)
+        write(w, np.ascontiguousarray(out).view(np.uint32).reshape(LANES), mask)
 
     return handler
 
 
+_NIBBLES = np.array([0, 4, 8, 12], np.uint32)
+_LANE_ROWS = np.arange(LANES)[:, None]
+
+
+# lop3's 3-input table split on a (Shannon): d = (a & F1(b, c)) | (~a & F0(b, c)), each half a 2-input table
+# (bit (2 b + c) of the 4-bit F): the 16 functions of two inputs, as the few bitwise operations each takes
+_TWO_INPUT = (
+    lambda y, z: np.zeros_like(y), lambda y, z: ~(y | z), lambda y, z: ~y & z, lambda y, z: ~y,
+    lambda y, z: y & ~z, lambda y, z: ~z, lambda y, z: y ^ z, lambda y, z: ~(y & z),
+    lambda y, z: y & z, lambda y, z: ~(y ^ z), lambda y, z: z.copy(), lambda y, z: ~y | z,
+    lambda y, z: y.copy(), lambda y, z: y | ~z, lambda y, z: y | z, lambda y, z: ~np.zeros_like(y),
+)
+
+
 @instruction("lop3")
 def _lop3(instr, program):
+    """lop3.b32 d, a, b, c, immLut (9.7.7.6): bit i of d is bit (4 a_i + 2 b_i + c_i) of immLut."""
     d, a, b, c, lut = instr.operands[:5]
     write, ra, rb, rc = (program.writer(d, "b32"), program.reader(a, "b32"), program.reader(b, "b32"),
                          program.reader(c, "b32"))
-    table = lut.value
+    table = lut.value & 0xFF
+    high, low = _TWO_INPUT[table >> 4], _TWO_INPUT[table & 0xF]
 
     def handler(w, mask):
         x, y, z = ra(w), rb(w), rc(w)
-        out = np.zeros(LANES, np.uint32)
-        for k in range(8):
-            if table >> k & 1:
-                ta = x if k & 4 else ~x
-                tb = y if k & 2 else ~y
-                tc = z if k & 1 else ~z
-                out |= ta & tb & tc
-        write(w, out, mask)
+        if high is low:  # d does not depend on a
+            write(w, low(y, z), mask)
+        else:
+            write(w, (x & high(y, z)) | (~x & low(y, z)), mask)
 
     return handler
 
@@ -537,9 +567,9 @@ def _cvt(instr, program):
         write, ra, rb = program.writer(d, "b32"), program.reader(a, "f32"), program.reader(b, "f32")
 
         def pack(w, mask):
-            hi = ra(w).astype(np.float16).view(np.uint16).astype(np.uint32)
-            lo = rb(w).astype(np.float16).view(np.uint16).astype(np.uint32)
-            write(w, (hi << np.uint32(16)) | lo, mask)
+            halves = np.empty((LANES, 2), np.float32)  # low half b, high half a (little-endian, as the host)
+            halves[:, 0], halves[:, 1] = rb(w), ra(w)
+            write(w, halves.astype(np.float16).view(np.uint32).reshape(LANES), mask)
 
         return pack
     dtyp, atyp = types[0], types[1]

@@ -56,17 +56,47 @@ def _tensor_map(w, address: int):
     return tma.decode_tensor_map(mem.read(offset, 128).tobytes())
 
 
+def _maps(w, copies_at_issue: bool = True):
+    """address -> TensorMap, for the lanes of one instruction: each lane reads its map; lanes naming one
+    address share one read unless a lane's copy may be performed at its issue (eager mode), before the next
+    lane reads its map."""
+    if copies_at_issue and w.cta.grid.mode == "eager":
+        return lambda address: _tensor_map(w, address)
+    maps = {}
+
+    def read(address: int):
+        tmap = maps.get(address)
+        if tmap is None:
+            tmap = maps[address] = _tensor_map(w, address)
+        return tmap
+
+    return read
+
+
+# (map bytes, box, shared address, store) of the copies check_copy passed: its verdict is a function of these,
+# and the lanes of a warp-wide TMA instruction repeat one copy
+_CHECKED: set = set()
+_CHECKED_LIMIT = 1 << 16
+
+
 def _check(tmap, box, smem_address: int, store: bool) -> None:
     """What the copy will fault on, raised at issue (where the PTX line is known)."""
+    key = (tmap.raw, box, smem_address, store)
+    if key in _CHECKED:
+        return
     try:
         tma.check_copy(tmap, box, smem_address, store)
     except NotImplementedError as e:
         raise EmulatorError("unimplemented", f"TMA: {e}") from None
+    if len(_CHECKED) >= _CHECKED_LIMIT:
+        _CHECKED.clear()
+    _CHECKED.add(key)
 
 
 def _coords(program, vector):
+    """warp -> each lane's box coordinates (32 tuples of ints): the registers are read once per instruction."""
     readers = [program.reader(c, "s32") for c in vector.items]
-    return lambda w, lane: tuple(int(r(w)[lane]) for r in readers)
+    return lambda w: list(zip(*(r(w).tolist() for r in readers)))
 
 
 def _tiled(mods) -> bool:
@@ -112,17 +142,18 @@ def _load(instr, program, own_cta: bool = False):
     where = program.where(instr.index)
 
     def handler(w, lane_mask):
-        d, t, b = dst(w), tmap_addr(w), mbar(w)
-        ctamask = mask_reader(w) if multicast else None
-        for lane in np.flatnonzero(lane_mask):
-            tmap = _tensor_map(w, int(t[lane]))
-            box = coords(w, lane)
+        d, t, b = dst(w).tolist(), tmap_addr(w).tolist(), mbar(w).tolist()
+        ctamask = mask_reader(w).tolist() if multicast else None
+        boxes, map_at = coords(w), _maps(w)
+        for lane in np.flatnonzero(lane_mask).tolist():
+            tmap = map_at(t[lane])
+            box = boxes[lane]
             if own_cta:
-                _own_cta(w, int(d[lane]), "TMA load")
-            d_rank, d_offset = split_shared(int(d[lane]))
-            b_rank, b_offset = split_shared(int(b[lane]))
+                _own_cta(w, d[lane], "TMA load")
+            d_rank, d_offset = split_shared(d[lane])
+            b_rank, b_offset = split_shared(b[lane])
             if multicast:
-                m = int(ctamask[lane])
+                m = ctamask[lane]
                 targets = [r for r in range(len(w.cta.cluster.ctas)) if m >> r & 1]
                 if not targets or m >> len(w.cta.cluster.ctas):
                     raise EmulatorError("tma", f"ctaMask 0x{m:x} for a cluster of {len(w.cta.cluster.ctas)} CTAs")
@@ -146,7 +177,7 @@ def _load(instr, program, own_cta: bool = False):
                 deliveries.append((cta, barrier))
             gm = w.cta.grid.global_memory
             nbytes = tma.box_bytes(tmap)
-            _check(tmap, box, int(d[lane]), store=False)
+            _check(tmap, box, d[lane], store=False)
             for cta, _ in deliveries:
                 cta.shared.check(d_offset, nbytes, "TMA load destination")
 
@@ -183,43 +214,56 @@ def _store(instr, program):
     where = program.where(instr.index)
 
     def handler(w, lane_mask):
-        t, s = tmap_addr(w), src(w)
-        for lane in np.flatnonzero(lane_mask):
-            tmap = _tensor_map(w, int(t[lane]))
-            box = coords(w, lane)
-            rank, offset = split_shared(int(s[lane]))
-            if rank != w.cta.rank:
-                raise EmulatorError("shared-bounds", f"TMA store source 0x{int(s[lane]):x} is not in this CTA")
-            nbytes = tma.box_bytes(tmap)
-            _check(tmap, box, int(s[lane]), store=True)
-            w.cta.shared.check(offset, nbytes, "TMA store source")
-            gm = w.cta.grid.global_memory
-
-            def deliver(tmap=tmap, box=box, offset=offset, address=int(s[lane]), nbytes=nbytes, gm=gm):
-                if w.cta.grid.timing_only:
-                    return
-                trace = w.cta.grid.trace
-                if trace is None:
-                    tma.store_box(tmap, box, w.cta.shared.read(offset, nbytes), address, gm.write)
-                    return
-                trace.shared_range(w.cta.shared, offset, nbytes, False)
-                spans = []
-
-                def write(a, data):
-                    spans.append((a, data.nbytes))
-                    gm.write(a, data)
-
-                tma.store_box(tmap, box, w.cta.shared.read(offset, nbytes), address, write)
-                trace.global_writes(spans)
-
+        t, s = tmap_addr(w).tolist(), src(w).tolist()
+        boxes, map_at = coords(w), _maps(w)
+        copies = {}  # the lanes issuing one copy (the same map, box and source) check it once
+        for lane in np.flatnonzero(lane_mask).tolist():
+            tmap = map_at(t[lane])
+            box = boxes[lane]
+            key = (t[lane], s[lane], box, id(tmap))
+            copy = copies.get(key)
+            if copy is None:
+                rank, offset = split_shared(s[lane])
+                if rank != w.cta.rank:
+                    raise EmulatorError("shared-bounds", f"TMA store source 0x{s[lane]:x} is not in this CTA")
+                nbytes = tma.box_bytes(tmap)
+                _check(tmap, box, s[lane], store=True)
+                w.cta.shared.check(offset, nbytes, "TMA store source")
+                copy = copies[key] = (tmap, nbytes, _store_delivery(w, tmap, box, offset, s[lane], nbytes))
+            _, nbytes, deliver = copy
             trace = w.cta.grid.trace
             agent = None if trace is None else trace.issue(w, ("TMA store", w), f"TMA store unit for {w.label}")
             op = AsyncOp(deliver, (), where, agent, unit="tma.store", nbytes=nbytes, cta=w.cta,
-                         key=(int(t[lane]), box))
-            w.bulk_open.setdefault(int(lane), []).append(op)
+                         key=(t[lane], box))
+            w.bulk_open.setdefault(lane, []).append(op)
             issue(w.cta.grid, op)
 
     return handler
+
+
+def _store_delivery(w, tmap, box, offset: int, address: int, nbytes: int):
+    """What a TMA store does when delivered: the box read from shared memory at `offset` written to global
+    memory (nothing in the timed mode's fast path)."""
+    gm = w.cta.grid.global_memory
+
+    def deliver():
+        if w.cta.grid.timing_only:
+            return
+        trace = w.cta.grid.trace
+        if trace is None:
+            tma.store_box(tmap, box, w.cta.shared.read(offset, nbytes), address, gm.write)
+            return
+        trace.shared_range(w.cta.shared, offset, nbytes, False)
+        spans = []
+
+        def write(a, data):
+            spans.append((a, data.nbytes))
+            gm.write(a, data)
+
+        tma.store_box(tmap, box, w.cta.shared.read(offset, nbytes), address, write)
+        trace.global_writes(spans)
+
+    return deliver
 
 
 @instruction("cp.async.bulk.commit_group")
@@ -317,10 +361,11 @@ def _prefetch_tensor(instr, program):
     coords = _coords(program, operand.items[2])
 
     def handler(w, lane_mask):
-        t = tmap_addr(w)
-        for lane in np.flatnonzero(lane_mask):
-            tmap = _tensor_map(w, int(t[lane]))
-            box = coords(w, lane)
+        t = tmap_addr(w).tolist()
+        boxes, map_at = coords(w), _maps(w, copies_at_issue=False)
+        for lane in np.flatnonzero(lane_mask).tolist():
+            tmap = map_at(t[lane])
+            box = boxes[lane]
             _check(tmap, box, 0, store=False)
             if w.cta.grid.clock is not None:
                 w.cta.grid.clock.prefetch(w, tma.box_key(tmap, box), tma.box_bytes(tmap), tiled=True)

@@ -20,8 +20,8 @@ import numpy as np
 
 from ..errors import EmulatorError
 from ..machine import PollWait, Yield
-from ..memory import (CTA_RANK_SHIFT, GENERIC_PARAM_BASE, GENERIC_SHARED_BASE, OFFSET_MASK, WINDOW_MASK,
-                      GlobalMemory, SharedMemory, split_shared)
+from ..memory import (CTA_RANK_SHIFT, GENERIC_PARAM_BASE, GENERIC_SHARED_BASE, OFFSET_MASK, SHARED_RESERVED_BYTES,
+                      WINDOW_MASK, GlobalMemory, SharedMemory, split_shared)
 from ..warp import LANES, TYPES, instruction, type_of
 
 SPACES = ("param", "shared", "global", "local", "const")
@@ -138,17 +138,56 @@ def _lanes_access(w, mask, space, addresses, nbytes, kind, data=None, order=None
         return None
     out = np.zeros((LANES, nbytes), np.uint8) if data is None else None
     touched = {} if w.cta.grid.trace is not None else None  # memory object -> offsets, for the race detector
-    for lane in lanes:
-        mem, offset = resolve(w, space, int(addresses[lane]), nbytes, kind)
+    if data is None and lanes.size:
+        one_window = _shared_window(w, space, addresses[lanes], nbytes)
+        if one_window is not None:  # every lane reads one CTA's shared memory, in bounds: one gather
+            mem, offsets = one_window
+            out[lanes] = mem.data[offsets[:, None] + np.arange(nbytes)]
+            if touched is not None:
+                touched[mem] = offsets.tolist()
+                report_accesses(w, touched, nbytes, False, order)
+            return out
+    read = {}  # address -> (memory, offset, bytes): lanes reading one address (a parameter) read it once
+    for lane in lanes.tolist():
+        address = int(addresses[lane])
         if data is None:
-            out[lane] = mem.read(offset, nbytes)
+            hit = read.get(address)
+            if hit is None:
+                mem, offset = resolve(w, space, address, nbytes, kind)
+                hit = read[address] = (mem, offset, mem.read(offset, nbytes))
+            mem, offset, out[lane] = hit
         else:
+            mem, offset = resolve(w, space, address, nbytes, kind)
             mem.write(offset, data[lane])
         if touched is not None:
             touched.setdefault(mem, []).append(offset)
     if touched:
         report_accesses(w, touched, nbytes, data is not None, order)
     return out
+
+
+def _shared_window(w, space: str, addresses: np.ndarray, nbytes: int):
+    """(SharedMemory, offsets) when every address is an aligned, in-bounds `nbytes` access to one CTA's shared
+    memory that `resolve` would allow; else None (and the lanes go one by one, as `resolve` reports)."""
+    if space == "generic":
+        if ((addresses & np.uint64(WINDOW_MASK)) != np.uint64(GENERIC_SHARED_BASE)).any():
+            return None
+        addresses = addresses - np.uint64(GENERIC_SHARED_BASE)
+        space = "shared::cluster"
+    elif not space.startswith("shared"):
+        return None
+    if nbytes in (2, 4, 8, 16) and (addresses % np.uint64(nbytes)).any():
+        return None
+    ranks = addresses >> np.uint64(CTA_RANK_SHIFT)
+    rank = int(ranks[0])
+    if (ranks != ranks[0]).any() or (space in ("shared", "shared::cta") and rank != w.cta.rank) \
+            or not 0 <= rank < len(w.cta.cluster.ctas):
+        return None
+    mem = w.cta.cluster.ctas[rank].shared
+    offsets = (addresses & np.uint64(OFFSET_MASK)).astype(np.int64)
+    if int(offsets.min()) < SHARED_RESERVED_BYTES or int(offsets.max()) + nbytes > mem.size:
+        return None
+    return mem, offsets
 
 
 def report_accesses(w, touched: dict, nbytes: int, write: bool, order=None) -> None:

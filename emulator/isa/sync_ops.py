@@ -40,8 +40,23 @@ def mbarrier_at(w, address: int, cluster_scope: bool):
     return cta, cta.mbarrier(offset, "")
 
 
-def _lanes(mask):
-    return np.flatnonzero(mask)
+def _barriers(w, cluster_scope: bool):
+    """address -> (CTA, mbarrier), for the lanes of one instruction: lanes naming one barrier look it up once
+    (arrivals and waits neither initialize nor invalidate barriers)."""
+    found = {}
+
+    def at(address: int):
+        hit = found.get(address)
+        if hit is None:
+            hit = found[address] = mbarrier_at(w, address, cluster_scope)
+        return hit
+
+    return at
+
+
+def _lanes(mask) -> list:
+    """The active lanes, as ints."""
+    return np.flatnonzero(mask).tolist()
 
 
 @instruction("mbarrier.init")
@@ -50,18 +65,18 @@ def _init(instr, program):
     count = program.reader(instr.operands[1], "u32")
 
     def handler(w, mask):
-        a, c = addr(w), count(w)
+        a, c = addr(w).tolist(), count(w).tolist()
         initialized = {}  # offset -> the barrier its last lane made (what the detector needs: one per barrier)
         for lane in _lanes(mask):
-            rank, offset = split_shared(int(a[lane]))
+            rank, offset = split_shared(a[lane])
             if rank != w.cta.rank:
-                raise EmulatorError("shared-bounds", f"mbarrier.init of another CTA's barrier at 0x{int(a[lane]):x}")
+                raise EmulatorError("shared-bounds", f"mbarrier.init of another CTA's barrier at 0x{a[lane]:x}")
             w.cta.shared.check(offset, 8, "mbarrier.init")
-            if int(a[lane]) % 8:
-                raise EmulatorError("misaligned", f"mbarrier.init at 0x{int(a[lane]):x}")
-            if not 1 <= int(c[lane]) < (1 << 20):
-                raise EmulatorError("mbarrier", f"mbarrier.init count {int(c[lane])} out of range [1, 2^20)")
-            bar = initialized[offset] = w.cta.mbarriers[offset] = MBarrier(int(a[lane]), int(c[lane]))
+            if a[lane] % 8:
+                raise EmulatorError("misaligned", f"mbarrier.init at 0x{a[lane]:x}")
+            if not 1 <= c[lane] < (1 << 20):
+                raise EmulatorError("mbarrier", f"mbarrier.init count {c[lane]} out of range [1, 2^20)")
+            bar = initialized[offset] = w.cta.mbarriers[offset] = MBarrier(a[lane], c[lane])
             w.cta.grid.progress += 1
         if w.cta.grid.trace is not None:
             for bar in initialized.values():
@@ -79,16 +94,17 @@ def _arrive_factory(instr, program, *, expect_tx: bool, drop: bool = False):
     write_state = program.writer(state, "b64") if state.kind != "sink" else None
 
     def handler(w, mask):
-        a = addr(w)
-        e = extra(w) if extra is not None else None
+        a = addr(w).tolist()
+        e = extra(w).tolist() if extra is not None else None
         tokens = np.zeros(LANES, np.uint64)
+        barrier_at = _barriers(w, cluster_scope)
         for lane in _lanes(mask):
-            _, bar = mbarrier_at(w, int(a[lane]), cluster_scope)
+            _, bar = barrier_at(a[lane])
             if expect_tx:
-                bar.expect_tx(w.cta.grid, int(e[lane]))
+                bar.expect_tx(w.cta.grid, e[lane])
                 count = 1
             else:
-                count = int(e[lane]) if e is not None else 1
+                count = e[lane] if e is not None else 1
             if drop:
                 bar.expected -= count
             if w.cta.grid.trace is not None:
@@ -118,12 +134,13 @@ def _tx(instr, program):
     cluster_scope = "shared::cluster" in instr.modifiers
 
     def handler(w, mask):
-        a, n = addr(w), nbytes(w)
+        a, n = addr(w).tolist(), nbytes(w).tolist()
+        barrier_at = _barriers(w, cluster_scope)
         for lane in _lanes(mask):
-            _, bar = mbarrier_at(w, int(a[lane]), cluster_scope)
+            _, bar = barrier_at(a[lane])
             if complete and w.cta.grid.trace is not None:
                 w.cta.grid.trace.arrive(w, bar)
-            (bar.complete_tx if complete else bar.expect_tx)(w.cta.grid, int(n[lane]))
+            (bar.complete_tx if complete else bar.expect_tx)(w.cta.grid, n[lane])
 
     return handler
 
@@ -145,20 +162,32 @@ def _wait(instr, program):
     def handler(w, mask):
         from ..async_ops import observe
 
-        a, par = addr(w), parity(w)
+        a, par = addr(w).tolist(), parity(w).tolist()
         out = np.zeros(LANES, bool)
         wait = None
+        barrier_at = _barriers(w, cluster_scope)
+        # lanes asking one barrier about one parity get one answer, except in adversarial mode, where asking
+        # may deliver work that completes the phase (async_ops.observe) between two lanes
+        answers = None if w.cta.grid.mode == "adversarial" else {}
+        trace = w.cta.grid.trace
         observed = None  # (id of the barrier, grid.progress) last told to the detector: lanes after it add nothing
         for lane in _lanes(mask):
-            cta, bar = mbarrier_at(w, int(a[lane]), cluster_scope)
-            p = int(par[lane]) & 1
-            if not bar.phase_complete(p):
-                observe(w.cta.grid, bar)
-            out[lane] = bar.phase_complete(p)
-            if out[lane] and w.cta.grid.trace is not None and observed != (id(bar), w.cta.grid.progress):
-                w.cta.grid.trace.observe(w, bar)
+            question = (a[lane], par[lane] & 1)
+            answer = answers.get(question) if answers is not None else None
+            if answer is None:
+                cta, bar = barrier_at(a[lane])
+                p = question[1]
+                if not bar.phase_complete(p):
+                    observe(w.cta.grid, bar)
+                answer = (cta, bar, p, bar.phase_complete(p))
+                if answers is not None:
+                    answers[question] = answer
+            cta, bar, p, complete = answer
+            out[lane] = complete
+            if complete and trace is not None and observed != (id(bar), w.cta.grid.progress):
+                trace.observe(w, bar)
                 observed = (id(bar), w.cta.grid.progress)
-            if not out[lane] and wait is None:
+            if not complete and wait is None:
                 wait = MBarrierWait(cta, bar, p)
         write(w, out, mask)
         if not blocking or wait is None:
@@ -279,6 +308,13 @@ def _cluster_wait(instr, program):
 # --------------------------------------------------------------------------------------------------
 
 
+# per leader lane: elect.sync's results (read-only), the leader's id in every lane and the leader's predicate
+_LEADER_IDS = [np.full(LANES, lane, np.uint32) for lane in range(LANES)]
+_IS_LEADER = [np.arange(LANES) == lane for lane in range(LANES)]
+for _array in _LEADER_IDS + _IS_LEADER:
+    _array.setflags(write=False)
+
+
 @instruction("elect.sync")
 def _elect(instr, program):
     """elect.sync d|p, membermask (9.7.13.x): one leader among the active lanes of membermask: the
@@ -292,13 +328,12 @@ def _elect(instr, program):
 
     def handler(w, mask):
         m = int(member(w)[0])
-        candidates = [lane for lane in _lanes(mask) if m >> lane & 1]
-        if not candidates:
+        leader = next((lane for lane in _lanes(mask) if m >> lane & 1), None)
+        if leader is None:
             raise EmulatorError("warp", "elect.sync with no active lane in membermask")
-        leader = candidates[0]
-        wd(w, np.full(LANES, leader, np.uint32), mask)
+        wd(w, _LEADER_IDS[leader], mask)
         if wp is not None:
-            wp(w, np.arange(LANES) == leader, mask)
+            wp(w, _IS_LEADER[leader], mask)
 
     return handler
 
@@ -315,8 +350,9 @@ def _shfl(instr, program):
         wd, wp = program.writer(dst, "b32"), None
     lane = np.arange(LANES)
 
-    def handler(w, mask):
-        av, bv, cv = ra(w), rb(w).astype(np.int64) & 31, rc(w).astype(np.int64)
+    def sources(w):
+        """(source lane of each lane, whether it is within the segment)"""
+        bv, cv = rb(w).astype(np.int64) & 31, rc(w).astype(np.int64)
         clamp, segmask = cv & 31, (cv >> 8) & 31
         max_lane = (lane & segmask) | (clamp & ~segmask)
         min_lane = lane & segmask
@@ -334,7 +370,17 @@ def _shfl(instr, program):
             ok = j <= max_lane
         else:
             raise EmulatorError("unimplemented", instr.opcode)
-        j = np.where(ok, j, lane)
+        return np.where(ok, j, lane), ok
+
+    if b.kind == "imm" and c.kind == "imm" and mode in ("idx", "up", "down", "bfly"):  # a reduction step: fixed lanes
+        constant = sources(None)
+        for array in constant:
+            array.setflags(write=False)
+        sources = lambda w: constant  # noqa: E731
+
+    def handler(w, mask):
+        av = ra(w)
+        j, ok = sources(w)
         if not mask[j[mask]].all():
             raise EmulatorError("warp", f"shfl.sync reads lanes {sorted(set(j[mask][~mask[j[mask]]].tolist()))} "
                                 "that do not take part")

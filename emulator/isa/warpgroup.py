@@ -25,7 +25,9 @@ and when.
   has completed (a commit whose operations have not all entered the pipe is issued to the clock when the
   last of them enters), and `wgmma.wait_group N` blocks the
   warp until the groups it retires are complete (their arithmetic runs at that instruction, as in
-  adversarial mode: only the warp itself can read the registers it writes).
+  adversarial mode: only the warp itself can read the registers it writes). The timed mode's fast path
+  (`timing_only`) times each operation the same and skips its arithmetic: the accumulators keep their
+  values, as tcgen05.mma's tensor memory does there.
 - `wgmma.fence` orders the warp's register accesses before later wgmma.mma_async: registers are read at
   execution here, so it has no effect and its absence is not caught.
 
@@ -155,8 +157,15 @@ def pipe_of(w) -> tuple[WarpgroupPipe, int]:
 
 
 def _whole_warp(w, mask, what: str) -> None:
+    if mask is w.alive and w.full:  # the live lanes themselves, all 32
+        return
     if not np.array_equal(mask, w.alive) or not w.alive.all():
         raise EmulatorError("aligned", f"{what} needs all 32 lanes of the warp (warpgroup-wide)")
+
+
+def _no_arithmetic() -> None:
+    """A wgmma part in the timed mode's fast path (`timing_only`): its accumulator registers are left as they
+    were (the kernel's outputs are not computed; its control flow reads none of them)."""
 
 
 @instruction("wgmma.mma_async")
@@ -212,7 +221,8 @@ def _mma_async(instr, program):
             for i, write in enumerate(d_writers):
                 write(w, result[:, i], w.alive)
 
-        op.parts[warp_in_group] = part
+        # the clock's fast path (timing only) times the operation without its arithmetic, as tcgen05.mma's
+        op.parts[warp_in_group] = _no_arithmetic if w.cta.grid.timing_only else part
         if w.cta.grid.mode == "eager":
             pipe.execute(op, warp_in_group)
 

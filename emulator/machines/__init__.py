@@ -42,9 +42,11 @@ class Machine:
 
     def __getattr__(self, key):
         try:
-            return self.constants[key].value
+            value = self.constants[key].value
         except KeyError:
             raise AttributeError(f"{self.name} has no constant {key!r}") from None
+        self.__dict__[key] = value  # read on every instruction by the clock: an attribute from now on
+        return value
 
     def replace(self, note: str, **values) -> "Machine":
         """A variant with some values changed (tests, what-if runs): each changed one tagged E with `note`."""
