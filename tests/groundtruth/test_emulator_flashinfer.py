@@ -138,5 +138,7 @@ def test_benchmarks_side_by_side_with_ours():
     ratio = next(line for line in lines if line.startswith("benchmark 4: ours "))
     ours, theirs, quotient = (float(x) for x in re.findall(r"(\d+\.\d+)", ratio))
     assert quotient == pytest.approx(ours / theirs, abs=0.006)
-    assert re.match(r"geomean ours \d+\.\d\d us, flashinfer \d+\.\d\d us", next(
-        line for line in lines if line.startswith("geomean")))
+    assert re.fullmatch(r"geomean ratio ours / flashinfer \d+\.\d\d", next(
+        line for line in lines if line.startswith("geomean ratio")))
+    assert re.match(r"geomean ours \d+\.\d\d us, flashinfer \d+\.\d\d us \(B200 description", next(
+        line for line in lines if line.startswith("geomean ours")))

@@ -26,7 +26,7 @@ on_hopper = pytest.mark.skipif(
 # argv: repository root, CuTe DSL's dump folder, "kernel", "instrumented" or "phases" (calibration/sm90_profile.py's copies)
 COMPILE_SCRIPT = r"""
 import glob, sys
-sys.path[:0] = [sys.argv[1], sys.argv[1] + "/tools"]
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/tools", sys.argv[1] + "/calibration"]
 import submission, sm90_kernel, sm90_profile
 kernels = sm90_profile.load_instrumented(phases=sys.argv[3] == "phases") if sys.argv[3] != "kernel" else sm90_kernel
 try:

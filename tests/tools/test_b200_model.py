@@ -105,7 +105,8 @@ def test_switches_the_model_cannot_judge_get_the_shipped_figure():
     for name in model.NOT_MODELED:
         value = getattr(SHIPPED, name)
         other = {"tma_last": "atoms", "ptx": "atoms", "selp": "branch"}.get(value, not value)
-        flipped = replace(SHIPPED, **{name: 1 if name == "cluster_pairs" else other})
+        # with what the flip needs (multicast off takes clusters of two pairs with it: both unmodeled)
+        flipped = SHIPPED.with_needs(**{name: 1 if name == "cluster_pairs" else other})
         assert [model.predict_config(flipped, b.sizes).total_us for b in BENCHES] == shipped
     judged = [f.name for f in dataclasses.fields(submission.Sm100Config) if f.name not in model.NOT_MODELED]
     assert sorted(judged) == ["cta_group", "jobs", "token_variants"]
