@@ -21,6 +21,7 @@ poisoned with NaN; each C must match the exact reference in every cell.
 import importlib.metadata
 import importlib.util
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -53,6 +54,9 @@ def _load_example():
         raise ExampleNotFound(f"NVIDIA's {EXAMPLE} compiles with nvidia-cutlass-dsl 4.5.2; {dsl} is installed")
     spec = importlib.util.spec_from_file_location("nvidia_grouped_blockscaled_gemm", example_path())
     module = importlib.util.module_from_spec(spec)
+    # registered as an import registers it (importlib's recipe): the DSL names each operation's source line
+    # through inspect.getmodule, which otherwise scans every loaded module once per operation (DSL 4.5.x)
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
 

@@ -523,6 +523,7 @@ def test_the_timeline_says_where_each_workers_time_goes(tmp_path, nvidia_example
     assert sum(medians.values()) == pytest.approx(timing["kernel_us"], abs=0.02)
 
 
+@pytest.mark.long  # README's quick command within 4 minutes (issue 47): its family keeps test_the_timeline_says_where_each_workers_time_goes quick
 def test_the_timeline_draws_the_call_and_the_ctas_asked_for(tmp_path, nvidia_example):
     """--timeline-call 2 draws the stream's second call and --timeline-ctas the CTAs named. NVIDIA's example
     launches without PDL, so call 2's first CTA starts the launch gap after call 1 completed and the drawn

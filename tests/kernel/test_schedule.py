@@ -333,6 +333,7 @@ def _neumaier_sum(values, start=0):
     return total + lost
 
 
+@pytest.mark.long  # README's quick command within 4 minutes (issue 47): its family keeps the schedule's other properties quick
 def test_the_schedule_does_not_depend_on_how_python_adds_floats(monkeypatch):
     """Python 3.12's sum() compensates its rounding; the board's runner is Python 3.13 and CI 3.11. The model's
     tile costs are floats whose loads near-tie, so a schedule that added them with sum() broke ties by the

@@ -187,6 +187,7 @@ def test_every_group_count_compiles_for_sm100a_with_the_claimed_sass(shipped_ins
         assert "tcgen05.mma" in (tmp_path / f"g{groups}_c0.ptx").read_text(errors="replace")
 
 
+@pytest.mark.long  # README's quick command within 4 minutes (issue 47): its family keeps the one-variant inspection quick
 def test_a_compile_of_several_variants_is_inspected_variant_by_variant(tmp_path):
     """compile_sm100 may compile several kernels per group count: each is kept and read apart."""
     wrapper = tmp_path / "two_variants.py"

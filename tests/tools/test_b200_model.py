@@ -214,6 +214,7 @@ def _profile_file(tmp_path, truth, configs=("shipped", "safe", "shipped,jobs=wei
     return path
 
 
+@pytest.mark.long  # README's quick command within 4 minutes (issue 47): its family keeps test_fit_recovers_known_constants quick
 def test_refit_recovers_the_constants_of_a_synthetic_b200_run(tmp_path):
     truth = replace(submission.B200_MODEL, dram_efficiency=0.72, stage_round_trip_us=2.2, start_us=3.6)
     path = _profile_file(tmp_path, truth)
@@ -277,6 +278,7 @@ def test_hopper_cli(tmp_path):
         assert ("jobs=weight_blocks" in out) == bool(jobs)
 
 
+@pytest.mark.long  # README's quick command within 4 minutes (issue 47): its family keeps the tables' other tests quick
 def test_markdown_headers_have_no_pipes():
     """A pipe inside a header cell splits it (issue 16: `claimed (|err| <= 25%)`)."""
     for args in (["--calibration"], ["--loo"], ["--shipped"], ["--configs"]):
