@@ -35,6 +35,8 @@ B200 = Machine("B200", "sm_100a", {
     "cost_tmem_load": C(2, "cycles", "E", "issue of a tcgen05.ld; its result: latency_tmem_load"),
     "cost_fence": C(8, "cycles", "E", "no figure"),
     "cost_tmem_alloc": C(100, "cycles", "E", "TMEM alloc/dealloc cost not found (7)"),
+    "cost_tensormap_release": C(295, "cycles", "E", "tensormap.cp_fenceproxy (a map patched on the device, copied to global memory with .release): the warp waits until the 128-byte write is performed at L2, one L2 round trip: L2 hit latency, pointer chase [MD] (4); no measurement of the instruction found (2026-11-28); only device-side map patching issues it"),
+    "cost_tensormap_acquire": C(295, "cycles", "E", "fence.proxy.tensormap::generic.acquire: the TMA unit re-reads the patched 128-byte map from L2 before its next copy through it, one L2 round trip charged at the fence: L2 hit latency, pointer chase [MD] (4); no measurement found (2026-11-28); only device-side map patching issues it"),
     # result latencies (the scoreboard: an instruction waits for the registers it reads; clock.py)
     "latency_alu": C(2, "cycles", "E", "as the H200 description's fitted value: a dependent ALU instruction issues in the next slot (ptxas schedules independent work between them)"),
     "latency_move": C(1, "cycles", "E", "as cost_move"),

@@ -30,6 +30,8 @@ H200 = Machine("H200", "sm_90a", {
     "cost_tmem_load": C(2, "cycles", "E", "no tcgen05 on sm_90a; kept for one cost table"),
     "cost_fence": C(8, "cycles", "E", "no figure"),
     "cost_tmem_alloc": C(100, "cycles", "E", "no tcgen05 on sm_90a"),
+    "cost_tensormap_release": C(281, "cycles", "E", "tensormap.cp_fenceproxy (a map patched on the device, copied to global memory with .release): the warp waits until the 128-byte write is performed at L2, one L2 round trip: GH200 L2 latency 281 cycles [MD]; no measurement of the instruction found (2026-11-28); only device-side map patching issues it"),
+    "cost_tensormap_acquire": C(281, "cycles", "E", "fence.proxy.tensormap::generic.acquire: the TMA unit re-reads the patched 128-byte map from L2 before its next copy through it, one L2 round trip charged at the fence: GH200 L2 latency 281 cycles [MD]; no measurement found (2026-11-28); only device-side map patching issues it"),
     # result latencies (the scoreboard: an instruction waits for the registers it reads; clock.py)
     "latency_alu": C(2, "cycles", "F", "a dependent ALU instruction issues in the next slot: ptxas schedules independent work between a producer and its consumer (PTX order is not issue order); 2 against 4 (the SASS dependent-issue latency) chosen on rows 7 and 13 of tools/data/h200_timing_2026-11-24.json (extra 1, extra 7): fitted there, held out elsewhere"),
     "latency_move": C(1, "cycles", "E", "as cost_move"),

@@ -453,6 +453,41 @@ def test_instruction_classes():
     assert cost_class(I(opcode="barrier.cluster.wait.aligned")) == "cost_cluster_barrier"
     assert cost_class(I(opcode="bar.warp.sync")) == "cost_warp_sync"
     assert cost_class(I(opcode="bar.sync")) == "cost_named_barrier"
+    assert cost_class(I(opcode="tensormap.cp_fenceproxy.global.shared::cta.tensormap::generic.release.gpu.sync.aligned")) \
+        == "cost_tensormap_release"
+    assert cost_class(I(opcode="fence.proxy.tensormap::generic.acquire.gpu")) == "cost_tensormap_acquire"
+    assert cost_class(I(opcode="fence.proxy.tensormap::generic.release.gpu")) == "cost_fence"  # orders, waits for nothing
+    assert cost_class(I(opcode="fence.proxy.async.shared::cta")) == "cost_fence"
+
+
+# a warp copies a 128-byte map from shared memory to out[0..31] and fences it for the TMA unit, as a kernel that
+# patches its maps on the device does before its next copy through the map; then thread 0 stores 7 at out[32]
+PATCHED_MAP = """
+	COPY
+	FENCE
+	setp.ne.s32 %p2, %r2, 0;
+	@%p2 bra $L_done;
+	mov.u32 %r3, 7;
+	st.global.u32 [%rd1+128], %r3;
+$L_done:
+	ret;
+"""
+
+
+def test_a_map_patched_on_the_device_costs_its_release_and_the_tma_units_reread():
+    """tensormap.cp_fenceproxy's release waits for its 128-byte write to reach L2, and the acquire fence makes the
+    TMA unit read the map again from L2: one L2 round trip each (cost_tensormap_release, _acquire), where the
+    clock charged them an ALU slot and a fence's 8 cycles before (teelaitila's entry, NVIDIA's grouped example)."""
+    raw = np.zeros(64 * 4 + 64, np.uint8)
+    out = raw[-raw.ctypes.data % 64:][:64 * 4].view(np.int32)  # the map's place 64-byte aligned
+    copy = ("tensormap.cp_fenceproxy.global.shared::cta.tensormap::generic.release.gpu.sync.aligned "
+            "[%rd1], [%r20], 128;")
+    fence = "fence.proxy.tensormap::generic.acquire.gpu [%rd1], 128;"
+    neither = timed_cycles(PATCHED_MAP.replace("COPY", "").replace("FENCE", ""), out)
+    both = timed_cycles(PATCHED_MAP.replace("COPY", copy).replace("FENCE", fence), out)
+    assert out[32] == 7
+    assert both - neither == pytest.approx(B200.cost_tensormap_release + B200.cost_tensormap_acquire, abs=4)
+    assert B200.cost_tensormap_release == B200.latency_global_load  # an L2 round trip, [MD]
 
 
 # --------------------------------------------------------------------------------------------------

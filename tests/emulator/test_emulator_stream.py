@@ -130,6 +130,25 @@ def test_pdl_waits_for_every_cta_to_trigger_or_exit_and_without_the_attribute_fo
     assert consumer["start_us"] == pytest.approx(producer["end_us"] + B200.launch_gap_us, abs=0.01)
 
 
+def test_the_board_figure_counts_the_first_call_once_among_the_flushs_calls():
+    """The board times 15 calls behind one start event recorded after its flush kernel (eval.py): the first
+    call starts a launch gap after that event and, with nothing before it to overlap, runs its whole span;
+    each later call adds only the steady gap. The board figure is that mean: with PDL, where the calls overlap
+    and the steady gap is shorter than one call alone, it lies above the steady gap by the first call's excess
+    over 15; without PDL (every call a launch gap and a span) the two are the same."""
+    out = np.zeros(64, np.int32)
+    producer = PRODUCER.replace("TRIGGER", "griddepcontrol.launch_dependents;")
+    calls = [(producer, launch_of(out, 3000, pdl=call > 0)) for call in range(4)]
+    result = stream(out, calls)
+    timing = result.timing
+    first = B200.launch_gap_us + timing["call_end_us"][0]
+    assert timing["board_mean_us"] == pytest.approx((first + 14 * timing["stream_us"]) / 15)
+    assert first > timing["stream_us"] + 0.1  # the calls overlap: the first call alone is longer
+    assert timing["board_mean_us"] > timing["stream_us"]
+    plain = stream(out, [(LOOP, launch_of(out, 50)) for _ in range(4)]).timing
+    assert plain["board_mean_us"] == pytest.approx(plain["stream_us"])
+
+
 TWO_SMS = B200.replace("two SMs", sm_count=2)
 
 
@@ -305,3 +324,4 @@ def test_nvidias_kernel_as_three_calls_is_its_single_call_time_three_times(nvidi
     assert timing["call_gaps_us"] == pytest.approx([timing["formula_us"]] * 2, rel=1e-3)
     assert timing["stream_us"] >= timing["kernel_us"]
     assert "simulated " + f"{timing['stream_us']:.2f} us (stream of 3 calls; single-call formula" in lines[-1]
+    assert timing["board_mean_us"] == pytest.approx(timing["stream_us"], rel=1e-3)  # no PDL: every call as the first
