@@ -25,7 +25,8 @@ the board's, seed + 42, + 84, ...) as one CUDA stream in one clock, consecutive 
 lets them (PDL), every call's output checked: `simulated` is then the steady-state time per call (the mean
 of the last even number of gaps between calls' completions after the first: with 4 calls, the last two) and
 the single-call formula's figure follows it, and the `timing:` line adds each call's completion, the gaps
-and `stream_us`;
+and `stream_us`, and `board_mean_us`: eval.py's mean over a flush of 15 calls, the first (cold, after the
+flush, nothing to overlap) counted once, the others at the steady gap (`benchmarks` prints it on each line);
 `--timeline FILE.png` also draws the first two CTAs' warps over time and prints every worker's phases
 (start-up, first load, mainloop, tail) of the stream's first call (`--timeline-call N`, from 1: call N's, a
 later one shows the steady state; the call's first launch, on the Hopper path its token pre-pass;
@@ -678,8 +679,10 @@ def run_benchmarks(args, emulator) -> tuple:
             stream = ""
             if t.get("calls", 1) > 1:
                 formula = t.get("formula_us")
+                mean = t.get("board_mean_us")
                 stream = (f"stream of {t['calls']} calls, gaps " + ", ".join(f"{g:.2f}" for g in t["call_gaps_us"])
-                          + " us; single-call formula " + (f"{formula:.2f} us" if formula is not None else "n/a")
+                          + " us; board's mean over a flush, the first call counted once "
+                          + (f"{mean:.2f} us" if mean is not None else "n/a") + "; single-call formula " + (f"{formula:.2f} us" if formula is not None else "n/a")
                           + "; first call: ")
             print(f"benchmark {number} (G={entry['g']}, N={entry['n'][0]}, K={entry['k'][0]}) {label}: {word} "
                   f"simulated {t['board_us']:.2f} us ({stream}kernel {t['kernel_us']:.2f} us, prologue "
