@@ -305,7 +305,9 @@ MARKER = re.compile(r"<!-- b200_model (?P<args>[^>]*?) -->\n(?P<body>.*?)\n<!-- 
 MODEL_DOCS = ["docs/b200-bring-up.md", "BENCHMARKS.md"]
 
 
-@pytest.mark.parametrize("doc", MODEL_DOCS)
+# BENCHMARKS.md's blocks (the configurations table among them) in the quick suite; the bring-up manual's copy of
+# the configurations table under -m long (README's quick command within 4 minutes, issue 47)
+@pytest.mark.parametrize("doc", ["BENCHMARKS.md", pytest.param("docs/b200-bring-up.md", marks=pytest.mark.long)])
 def test_docs_tables_are_the_tools_output(doc):
     text = (ROOT / doc).read_text()
     blocks = list(MARKER.finditer(text))
