@@ -477,3 +477,80 @@ def test_the_wrap_cases_wrap_every_pipeline():
         sizes = _spec_sizes(spec)
         at_b200 = submission.sm100_shape_config(sizes, 74, shipped)
         assert all(end - begin == 1 for begin, end in submission.sm100_schedule(sizes, 74, at_b200)[1]), spec
+
+
+def _balance_one_at_a_time(jobs, num_workers):
+    """submission._balance as it was written before its candidates were weighed as arrays (ca4177e): every
+    move and swap tried in the tie rule's order, the first strictly better kept. The oracle the array form
+    must equal to the last bit."""
+    import heapq
+    count = min(num_workers, len(jobs))
+    heap = [(0, w) for w in range(count)]
+    bins = [[] for _ in range(count)]
+    for job in sorted(jobs, key=lambda j: -j[0]):
+        load, w = heapq.heappop(heap)
+        bins[w].append(job)
+        heapq.heappush(heap, (load + job[0], w))
+    loads = [0] * count
+    for load, w in heap:
+        loads[w] = load
+    for _ in range(20 * count):
+        hi = max(range(count), key=loads.__getitem__)
+        best = None
+        for j in range(count):
+            if j == hi:
+                continue
+            gap = loads[hi] - loads[j]
+            options = [(a, None, bins[hi][a][0]) for a in range(len(bins[hi]))]
+            options += [(a, b, bins[hi][a][0] - bins[j][b][0])
+                        for a in range(len(bins[hi])) for b in range(len(bins[j]))]
+            for a, b, delta in options:
+                if 0 < delta < gap:
+                    local_max = max(loads[hi] - delta, loads[j] + delta)
+                    if best is None or local_max < best[0]:
+                        best = (local_max, j, a, b)
+        if best is None:
+            break
+        _, j, a, b = best
+        job = bins[hi].pop(a)
+        if b is not None:
+            other = bins[j].pop(b)
+            bins[hi].append(other)
+            loads[hi] += other[0]
+            loads[j] -= other[0]
+        bins[j].append(job)
+        loads[hi] -= job[0]
+        loads[j] += job[0]
+    return max(loads), [[payload for _, payload in b] for b in bins]
+
+
+def test_the_balance_weighs_its_candidates_as_the_one_at_a_time_oracle_does():
+    """The array form of _balance picks what the one-at-a-time oracle picks, to the last bit of every load and
+    every job's place: on random float costs, on small integer costs and on a few repeated values (ties
+    everywhere, so the tie rule decides), and on the jobs the B200 schedules (shipped, jobs=tiles) build for
+    task.yml's benchmarks."""
+    import random
+    rng = random.Random(5)
+    cases = []
+    for trial in range(300):
+        workers, count = rng.randint(1, 40), rng.randint(1, 120)
+        draw = (lambda: rng.random() * 10, lambda: rng.randint(1, 6),
+                lambda: rng.choice([1.5, 2.25, 3.0, 0.75]))[trial % 3]
+        cases.append(([(draw(), i) for i in range(count)], workers))
+    recorded = []
+    original = submission._balance
+
+    def recording(jobs, workers):
+        recorded.append((list(jobs), workers))
+        return original(jobs, workers)
+
+    submission._balance = recording
+    try:
+        for name in ("benchmarks0", "benchmarks1", "benchmarks2", "benchmarks3"):
+            submission.sm100_schedule(SHAPES[name], 74, submission.SM100_SHIPPED)
+            submission.sm100_schedule(SHAPES[name], 74, submission.Sm100Config.parse("shipped,jobs=tiles"))
+    finally:
+        submission._balance = original
+    assert recorded
+    for jobs, workers in cases + recorded:
+        assert submission._balance(jobs, workers) == _balance_one_at_a_time(jobs, workers), (len(jobs), workers)
