@@ -307,11 +307,40 @@ def _added_in_order(costs) -> float:
     return functools.reduce(operator.add, costs, 0.0)
 
 
+def _longest_first(jobs, count):
+    """Longest processing time first: each (cost, payload) job, biggest first, to the least loaded of
+    `count` workers. Returns each worker's jobs and its load (its costs added in the order its jobs
+    went in)."""
+    heap = [(0, w) for w in range(count)]
+    bins = [[] for _ in range(count)]
+    for job in sorted(jobs, key=lambda j: -j[0]):
+        load, w = heapq.heappop(heap)
+        bins[w].append(job)
+        heapq.heappush(heap, (load + job[0], w))
+    loads = [0] * count
+    for load, w in heap:
+        loads[w] = load
+    return bins, loads
+
+
+def _move(bins, loads, hi, j, a, b):
+    """Job `a` of worker `hi` to worker `j`, and job `b` of `j` (None: none) to `hi`."""
+    job = bins[hi].pop(a)
+    if b is not None:
+        other = bins[j].pop(b)
+        bins[hi].append(other)
+        loads[hi] += other[0]
+        loads[j] -= other[0]
+    bins[j].append(job)
+    loads[hi] -= job[0]
+    loads[j] += job[0]
+
+
 def _balance(jobs, num_workers):
     """Spread (cost, payload) jobs over min(num_workers, #jobs) workers: longest processing time
-    first (biggest job to the least loaded worker), then moves and swaps that lower the most loaded
-    worker. LPT alone left the busiest Hopper CTA 12-17% above the mean on the benchmarks; a few
-    hundred swaps bring the model within a few percent.
+    first, then moves and swaps that lower the most loaded worker. LPT alone left the busiest Hopper
+    CTA 12-17% above the mean on the benchmarks; a few hundred swaps bring the model within a few
+    percent.
 
     Each step takes, of every move of one of the busiest worker's jobs to another worker and every
     swap of two jobs between them that lowers the pair's higher load, the one whose higher load is
@@ -319,20 +348,15 @@ def _balance(jobs, num_workers):
     worker's job, then the other's. The candidates of one step are weighed at once as arrays (the
     same float operations as one at a time: tests/kernel/test_schedule.py holds the two equal)."""
     count = min(num_workers, len(jobs))
-    heap = [(0, w) for w in range(count)]
-    bins = [[] for _ in range(count)]
-    for job in sorted(jobs, key=lambda j: -j[0]):
-        load, w = heapq.heappop(heap)
-        bins[w].append(job)
-        heapq.heappush(heap, (load + job[0], w))
-    loads = [0] * count  # the heap's sums: each bin's costs added in the order its jobs went in
-    for load, w in heap:
-        loads[w] = load
-    width = max(len(b) for b in bins) + 2
-    costs = np.full((count, width), np.nan)  # costs[w, i]: bins[w][i]'s cost; NaN past its jobs
-    for w, b in enumerate(bins):
-        costs[w, :len(b)] = [cost for cost, _ in b]
-    load = np.array(loads, dtype=np.float64)
+    bins, loads = _longest_first(jobs, count)
+
+    def cost_table():  # [w, i]: bins[w][i]'s cost, NaN past its jobs; room for two more per worker
+        table = np.full((count, max(len(b) for b in bins) + 2), np.nan)
+        for w, b in enumerate(bins):
+            table[w, :len(b)] = [cost for cost, _ in b]
+        return table
+
+    costs, load = cost_table(), np.array(loads, dtype=np.float64)
     for _ in range(20 * count):
         hi = max(range(count), key=loads.__getitem__)
         top, mine = loads[hi], costs[hi, :len(bins[hi])]
@@ -350,26 +374,15 @@ def _balance(jobs, num_workers):
         if candidates.flat[k] == np.inf:
             break
         j, r = divmod(k, candidates.shape[1])
-        a, b = (r, None) if r < len(mine) else divmod(r - len(mine), width)
-        job = bins[hi].pop(a)
-        if b is not None:
-            other = bins[j].pop(b)
-            bins[hi].append(other)
-            loads[hi] += other[0]
-            loads[j] -= other[0]
-        bins[j].append(job)
-        loads[hi] -= job[0]
-        loads[j] += job[0]
-        if max(len(bins[hi]), len(bins[j])) > width:
-            width = max(len(b) for b in bins) + 2
-            costs = np.full((count, width), np.nan)
-            changed = range(count)
+        a, b = (r, None) if r < len(mine) else divmod(r - len(mine), costs.shape[1])
+        _move(bins, loads, hi, j, a, b)
+        if max(len(bins[hi]), len(bins[j])) > costs.shape[1]:
+            costs = cost_table()
         else:
-            changed = (hi, j)
-        for w in changed:
-            costs[w] = np.nan
-            costs[w, :len(bins[w])] = [cost for cost, _ in bins[w]]
-            load[w] = loads[w]
+            for w in (hi, j):
+                costs[w] = np.nan
+                costs[w, :len(bins[w])] = [cost for cost, _ in bins[w]]
+        load[hi], load[j] = loads[hi], loads[j]
     return max(loads), [[payload for _, payload in b] for b in bins]
 
 

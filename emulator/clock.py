@@ -1199,9 +1199,9 @@ class Clock:
         first call's first launch starts a launch gap (no PDL: the flush kernel never triggers) after it and
         runs alone and cold to `first_call_us`; the other `calls_per_flush - 1` calls follow at the steady
         gap; the mean over the flush's calls counts the first one's time once (eval.py: elapsed / 15). Reported
-        as `board_mean_us` beside `stream_us` and does not replace `board_us` (the steady gap per call): the
-        two differ only where calls overlap (PDL), e.g. ours; which one the tools print is the headline's
-        owner's choice (docs/benchmarks-notebook.md, 2026-11-28, "The peers' fast lean")."""
+        as `board_mean_us` beside `stream_us` and does not replace `board_us` (the steady gap per call, as the
+        ladder's rows): the two differ only where calls overlap (PDL), e.g. ours. `tools/emulate.py
+        benchmarks` prints both; README gives both."""
         m, calls = self.machine, self.calls_per_flush
         first = m.launch_gap_us + first_call_us
         return (first + (calls - 1) * steady_us) / calls

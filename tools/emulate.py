@@ -678,12 +678,11 @@ def run_benchmarks(args, emulator) -> tuple:
             formulas[kernel].append(t.get("formula_us", t["board_us"]))
             stream = ""
             if t.get("calls", 1) > 1:
-                formula = t.get("formula_us")
-                mean = t.get("board_mean_us")
+                def us(key):
+                    return "n/a" if t.get(key) is None else f"{t[key]:.2f} us"
                 stream = (f"stream of {t['calls']} calls, gaps " + ", ".join(f"{g:.2f}" for g in t["call_gaps_us"])
-                          + " us; board's mean over a flush, the first call counted once "
-                          + (f"{mean:.2f} us" if mean is not None else "n/a") + "; single-call formula " + (f"{formula:.2f} us" if formula is not None else "n/a")
-                          + "; first call: ")
+                          + f" us; board's mean over a flush, the first call counted once {us('board_mean_us')}"
+                          + f"; single-call formula {us('formula_us')}; first call: ")
             print(f"benchmark {number} (G={entry['g']}, N={entry['n'][0]}, K={entry['k'][0]}) {label}: {word} "
                   f"simulated {t['board_us']:.2f} us ({stream}kernel {t['kernel_us']:.2f} us, prologue "
                   f"{t['prologue_us']:.2f} us, HBM read {t['hbm_read_mb']:.1f} MB, L2 hits "

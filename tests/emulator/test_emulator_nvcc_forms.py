@@ -57,10 +57,9 @@ $L_wait:
 """
 
 
-@pytest.mark.parametrize("mode", ["", "tile."])
-def test_a_tensor_copy_without_a_load_mode_is_a_tile_copy(mode):
-    """ISA 9.7.9.25.5.1: `.load_mode` is optional and `.tile` the default; nvcc's inline asm leaves it out. The
-    kernel also declares its mbarrier as a scalar `.shared` variable, as nvcc does a function-scope __shared__."""
+def _copy_tile(kernel):
+    """`kernel` (one warp, TMA_KERNEL's form) run on a 16 x 64 byte source through a map of 8 x 64 boxes:
+    (the source, the 512 bytes it wrote)."""
     source = np.arange(64 * 16, dtype=np.uint8).reshape(16, 64)
     out = np.zeros(512, np.uint8)
     tmap = tma.encode_tiled(0, 2, source.ctypes.data, (64, 16), (64,), (64, 8), (1, 1))
@@ -69,7 +68,15 @@ def test_a_tensor_copy_without_a_load_mode_is_a_tile_copy(mode):
     memory.register(out.ctypes.data, out.nbytes, "out")
     launch = SimpleNamespace(kernel_name="k", grid=(1, 1, 1), block=(32, 1, 1), cluster=(1, 1, 1), shared_bytes=1024,
                              attributes={}, params=(tmap, struct.pack("<Q", out.ctypes.data)))
-    execute(launch, TMA_KERNEL.format(mode=mode), memory, step_budget=10_000)
+    execute(launch, kernel, memory, step_budget=10_000)
+    return source, out
+
+
+@pytest.mark.parametrize("mode", ["", "tile."])
+def test_a_tensor_copy_without_a_load_mode_is_a_tile_copy(mode):
+    """ISA 9.7.9.25.5.1: `.load_mode` is optional and `.tile` the default; nvcc's inline asm leaves it out. The
+    kernel also declares its mbarrier as a scalar `.shared` variable, as nvcc does a function-scope __shared__."""
+    source, out = _copy_tile(TMA_KERNEL.format(mode=mode))
     assert (out == source[:8].reshape(-1)).all()
 
 
@@ -87,15 +94,7 @@ def test_a_copy_into_shared_cta_lands_in_the_executing_cta(form):
                                 "ld.param.u64 %rd6, [k_param_0];\n\tcp.async.bulk.shared::cta.global.mbarrier::"
                                 "complete_tx::bytes.L2::cache_hint [%r2], [%rd6], 512, [%r3], %rd3;")
     assert kernel != TMA_KERNEL.format(mode="")
-    source = np.arange(64 * 16, dtype=np.uint8).reshape(16, 64)
-    out = np.zeros(512, np.uint8)
-    tmap = tma.encode_tiled(0, 2, source.ctypes.data, (64, 16), (64,), (64, 8), (1, 1))
-    memory = GlobalMemory()
-    memory.register(source.ctypes.data, source.nbytes, "source")
-    memory.register(out.ctypes.data, out.nbytes, "out")
-    launch = SimpleNamespace(kernel_name="k", grid=(1, 1, 1), block=(32, 1, 1), cluster=(1, 1, 1), shared_bytes=1024,
-                             attributes={}, params=(tmap, struct.pack("<Q", out.ctypes.data)))
-    execute(launch, kernel, memory, step_budget=10_000)
+    source, out = _copy_tile(kernel)
     assert (out == source[:8].reshape(-1)).all()
 
 

@@ -480,20 +480,11 @@ def test_the_wrap_cases_wrap_every_pipeline():
 
 
 def _balance_one_at_a_time(jobs, num_workers):
-    """submission._balance as it was written before its candidates were weighed as arrays (ca4177e): every
-    move and swap tried in the tie rule's order, the first strictly better kept. The oracle the array form
-    must equal to the last bit."""
-    import heapq
+    """submission._balance's steps as they were written before their candidates were weighed as arrays
+    (ca4177e): every move and swap tried in the tie rule's order, the first strictly better kept. The oracle
+    the array form must equal to the last bit (the start and the move itself are submission's own)."""
     count = min(num_workers, len(jobs))
-    heap = [(0, w) for w in range(count)]
-    bins = [[] for _ in range(count)]
-    for job in sorted(jobs, key=lambda j: -j[0]):
-        load, w = heapq.heappop(heap)
-        bins[w].append(job)
-        heapq.heappush(heap, (load + job[0], w))
-    loads = [0] * count
-    for load, w in heap:
-        loads[w] = load
+    bins, loads = submission._longest_first(jobs, count)
     for _ in range(20 * count):
         hi = max(range(count), key=loads.__getitem__)
         best = None
@@ -511,16 +502,7 @@ def _balance_one_at_a_time(jobs, num_workers):
                         best = (local_max, j, a, b)
         if best is None:
             break
-        _, j, a, b = best
-        job = bins[hi].pop(a)
-        if b is not None:
-            other = bins[j].pop(b)
-            bins[hi].append(other)
-            loads[hi] += other[0]
-            loads[j] -= other[0]
-        bins[j].append(job)
-        loads[hi] -= job[0]
-        loads[j] += job[0]
+        submission._move(bins, loads, hi, *best[1:])
     return max(loads), [[payload for _, payload in b] for b in bins]
 
 
