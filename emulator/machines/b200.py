@@ -99,9 +99,10 @@ B200 = Machine("B200", "sm_100a", {
                                    "calibration/hopper_tma_store_rate.cu, 2026-11-27 (tools/data/hopper_tma_store_rate_2026-11-27.txt); "
                                    "every SM storing at once: 14-15 per SM, L2 and HBM shared (the clock's L2 and HBM servers); no B200 figure"),
     # launch (Table 1 section 7)
-    "launch_gap_us": C(0.93, "us", "E", "H200: last CTA end of call k-1 -> first CTA start of call k, "
-                       "928 ns median without PDL (Table 2); not found for B200"),
-    "launch_gap_pdl_us": C(0.48, "us", "E", "H200: 480 ns with PDL (Table 2)"),
+    "launch_gap_us": C(1.79, "us", "E", "the H200's, measured in the board's protocol (h200.py: last CTA end of "
+                       "call k-1 -> first CTA start of call k, 15 calls from Python after the flush; "
+                       "calibration/launch_gap.py, 2026-11-28); not found for B200"),
+    "launch_gap_pdl_us": C(0.58, "us", "E", "the H200's with PDL, measured the same way (h200.py)"),
     "cta_dispatch_us": C(0.00054, "us/CTA", "M", "~0.54 ns per CTA GPU-wide [PB] (7)"),
     # cluster launch control (isa/launch_control.py)
     "clc_response_latency": C(295, "cycles", "E", "clusterlaunchcontrol.try_cancel issue -> response written and "

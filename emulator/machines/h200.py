@@ -85,7 +85,11 @@ H200 = Machine("H200", "sm_90a", {
     "tma_store_bytes_per_cycle": C(31.0, "bytes/cycle", "E", "measured on an H100 (sm_90, the H200's SM): 4 warps each "
                                    "keeping 4 boxes of 2 KB in flight drain 30.8-31.0 B/cycle from one SM, any box shape "
                                    "30.8-31.9; calibration/hopper_tma_store_rate.cu, 2026-11-27"),
-    "launch_gap_us": C(0.93, "us", "H", "kernel boundary gap 928 ns median without PDL"),
-    "launch_gap_pdl_us": C(0.48, "us", "H", "480 ns with PDL"),
+    "launch_gap_us": C(1.79, "us", "M", "last CTA end of call k-1 -> first CTA start of call k in the board's protocol "
+                       "(flush, 15 calls from Python): 1.79 us median over 132-CTA launches, 1.62-1.79 over all forms "
+                       "(calibration/launch_gap.py, 2026-11-28, tools/data/h200_launch_gap_2026-11-28.json); Table 2's "
+                       "microbenchmark gave 928 ns, which the description carried until then"),
+    "launch_gap_pdl_us": C(0.58, "us", "M", "the same with the PDL attribute, after every CTA triggered: 0.576 us "
+                           "median in every form (calibration/launch_gap.py, 2026-11-28); Table 2: 480 ns"),
     "cta_dispatch_us": C(0.00054, "us/CTA", "E", "B200 figure [PB]"),
 })
