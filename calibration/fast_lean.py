@@ -4,16 +4,18 @@ only on the fit subset of tools/data/published_b200_times.csv and judged on the 
 (held-out RMS <= 10%, no point beyond 20%, every ladder step whose published geomean moves by more than 3%
 ranked right).
 
-    python calibration/fast_lean.py [--markdown]
+    python calibration/fast_lean.py [--markdown] [--rows]
+    python calibration/fast_lean.py --table      # every point: published, simulated, error, fit subset or held out
 
-Simulated figures (B200 description T10, `--timing-only --calls 4`, the steady board time per call):
+Simulated figures (`--timing-only --calls 4`, the steady board time per call; description T10 unless said):
 - gau-nernst v1, v2, v2d, v2e, v5, v5c, v5e: tools/data/gau_nernst_simulated_2026-11-28.txt (parsed: `board_us`);
-- gau-nernst v5g, v6, v6b: BENCHMARKS.md, "In one instrument" as of T10 (2 decimals; their raw records are not
-  in tools/data);
+- gau-nernst v5g, v6, v6b: BENCHMARKS.md's "In one instrument" at T10 (5c832c3; 2 decimals, their raw records are
+  not in tools/data);
 - teelaitila's final: tools/data/teelaitila_simulated_2026-11-28.txt, simulated in the current description (its
   device-side map patching charged since e669c89, the launch gaps of the board's protocol): not shifted;
-- FlashInfer's points: tools/data/flashinfer_simulated_2026-11-27_store_rate.json, the kernel span (`kernel_us`;
-  its published figure is kineto's kernel time, not a board time: calibration/validate_timing.py).
+- FlashInfer's points: tools/data/flashinfer_simulated_2026-11-27_store_rate.json and, for P1,
+  tools/data/flashinfer_simulated_2026-11-28_p1.json (T11), the kernel span (`kernel_us`; its published figure is
+  kineto's kernel time, not a board time: calibration/validate_timing.py).
 The gau-nernst records were made with the description's launch gap at T10 (0.93 us); the description now carries the gap
 measured in the board's protocol (emulator/machines/b200.py, `launch_gap_us`). None of these peers launches with
 PDL, so each steady call is the gap plus the kernel: each of those rows takes the difference (the re-simulation of
@@ -23,7 +25,7 @@ a mechanism inside the kernel's span (a cold start) adds to FlashInfer's kernel 
 (a launch overhead) does not.
 
 Fit subset rows with a simulated figure: gau-nernst v1, v2, v2e (v1c, v2b, v2c have no route: their files are
-not under /work/peers) and FlashInfer P2, P7, P8 (P1 was never simulated). The ladder: each simulated version
+not under /work/peers) and FlashInfer P1, P2, P7, P8. The ladder: each simulated version
 against its nearest simulated ancestor along the README's list (v1 -> v2 through v1b, v1c; v2 -> v2e through
 v2c; v2 -> v2d; v2e -> v5 through v4; v5 -> v5c; v5 -> v5e; v5e -> v5g through v5f; v5g -> v6; v6 -> v6b).
 """
@@ -51,7 +53,7 @@ FROM_BENCHMARKS_MD = {
     ("gau-nernst", "v6"): (24.54, 15.24, 6.20, 4.35),
     ("gau-nernst", "v6b"): (24.54, 15.09, 6.20, 4.35),
 }
-FLASHINFER_JSON = DATA / "flashinfer_simulated_2026-11-27_store_rate.json"
+FLASHINFER_JSONS = (DATA / "flashinfer_simulated_2026-11-27_store_rate.json", DATA / "flashinfer_simulated_2026-11-28_p1.json")
 LADDER = [("v1", "v2"), ("v2", "v2e"), ("v2", "v2d"), ("v2e", "v5"), ("v5", "v5c"), ("v5", "v5e"),
           ("v5e", "v5g"), ("v5g", "v6"), ("v6", "v6b")]
 LADDER_STEP = 0.03
@@ -81,7 +83,7 @@ def rows() -> list:
     kind: 'board' (a board time per call) or 'kernel' (a kernel span))."""
     gau_nernst, current = recorded("gau_nernst_simulated_2026-11-28.txt"), recorded("teelaitila_simulated_2026-11-28.txt")
     flash = {}
-    for r in json.loads(FLASHINFER_JSON.read_text()):
+    for r in (r for path in FLASHINFER_JSONS for r in json.loads(path.read_text())):
         m = re.search(r"G=(\d+) m~(\d+) N=(\d+) K=(\d+)", r["case"])
         flash[m.group(0)] = r["simulated"]["kernel_us"]
     out = []
@@ -100,7 +102,8 @@ def rows() -> list:
             kind = "board"
         if simulated is not None and row["subset"] != "excluded":
             out.append(dict(peer=peer, version=version, benchmark=bench, shape=row["shape"], kind=kind,
-                            published=row["published_us"], simulated=simulated, subset=row["subset"]))
+                            published=row["published_us"], simulated=simulated, subset=row["subset"],
+                            source=row["source"], runner=row["runner"]))
     return out
 
 
@@ -176,8 +179,20 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--markdown", action="store_true")
     parser.add_argument("--rows", action="store_true", help="also print every held-out row's error per mechanism")
+    parser.add_argument("--table", action="store_true",
+                        help="only the calibration table: every point, published (source, runner), simulated in the "
+                             "description as committed (nothing fitted), error, fit subset or held out (markdown)")
     args = parser.parse_args(argv)
     data = rows()
+    if args.table:
+        print("| peer | version | benchmark or shape | published us | source | runner | simulated us | error | subset |")
+        print("|" + " --- |" * 9)
+        for r in data:
+            error = (r["simulated"] - r["published"]) / r["published"]
+            print(f"| {r['peer']} | {r['version']} | {r['benchmark'] or r['shape']} | {r['published']:g} | "
+                  f"{r['source']} | {r['runner']} | {r['simulated']:.2f}{' (kernel span)' if r['kind'] == 'kernel' else ''} | "
+                  f"{100 * error:+.1f}% | {'fit' if r['subset'] == 'fit' else 'held out'} |")
+        return 0
     fit = [r for r in data if r["subset"] == "fit"]
     print(f"{len(data)} rows with a simulated figure: {len(fit)} fit "
           f"({', '.join(sorted({label(r) for r in fit}))}), "

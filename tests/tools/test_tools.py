@@ -19,6 +19,7 @@ CUDA_TOOLS = {
     "h200_dirty_l2.py": ["--repeats", "1"],
     "h200_timing_cases.py": ["--out", os.devnull],
     "host_time.py": ["--rounds", "2"],
+    "launch_gap.py": ["--repeats", "1"],
     "sm90_profile.py": ["tiles"],
 }
 
