@@ -112,11 +112,12 @@ def main() -> int:
     args = parser.parse_args()
 
     import torch
-    from torch.utils.cpp_extension import load_inline
 
     if not torch.cuda.is_available():
         print("launch_gap.py: needs a CUDA GPU", file=sys.stderr)
         return 2
+    from torch.utils.cpp_extension import load_inline  # after the check: importing it may warn on stderr
+
     import utils
 
     ext = load_inline("launch_gap", CPP_SOURCE, cuda_sources=CUDA_SOURCE, functions=["launch"],
