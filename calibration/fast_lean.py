@@ -79,8 +79,8 @@ def recorded(name: str) -> dict:
 
 
 def rows() -> list:
-    """Each published row with a simulated figure: dict(peer, version, benchmark, published, simulated, subset,
-    kind: 'board' (a board time per call) or 'kernel' (a kernel span))."""
+    """Each published row with a simulated figure: dict(peer, version, benchmark, shape, published, simulated,
+    subset, source, runner, kind: 'board' (a board time per call) or 'kernel' (a kernel span))."""
     gau_nernst, current = recorded("gau_nernst_simulated_2026-11-28.txt"), recorded("teelaitila_simulated_2026-11-28.txt")
     flash = {}
     for r in (r for path in FLASHINFER_JSONS for r in json.loads(path.read_text())):
