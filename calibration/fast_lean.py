@@ -7,19 +7,15 @@ ranked right).
     python calibration/fast_lean.py [--markdown] [--rows]
     python calibration/fast_lean.py --table      # every point: published, simulated, error, fit subset or held out
 
-Simulated figures (`--timing-only --calls 4`, the steady board time per call; description T10 unless said):
-- gau-nernst v1, v2, v2d, v2e, v5, v5c, v5e: tools/data/gau_nernst_simulated_2026-11-28.txt (parsed: `board_us`);
-- gau-nernst v5g, v6, v6b: BENCHMARKS.md's "In one instrument" at T10 (5c832c3; 2 decimals, their raw records are
-  not in tools/data);
-- teelaitila's final: tools/data/teelaitila_simulated_2026-11-28.txt, simulated in the current description (its
-  device-side map patching charged since e669c89, the launch gaps of the board's protocol): not shifted;
+Simulated figures (`--timing-only --calls 4`, the steady board time per call), all in the description as committed
+at T11 (the launch gaps of the board's protocol):
+- gau-nernst v1, v2, v2d, v2e, v5, v5c, v5e, v5g, v6, v6b: tools/data/gau_nernst_simulated_2026-11-28_t11.json
+  (`python calibration/validate_timing.py --peers DIR --versions ... --timing-only --calls 4 --save FILE`);
+- teelaitila's final: tools/data/teelaitila_simulated_2026-11-28.txt (its device-side map patching charged);
 - FlashInfer's points: tools/data/flashinfer_simulated_2026-11-27_store_rate.json and, for P1,
-  tools/data/flashinfer_simulated_2026-11-28_p1.json (T11), the kernel span (`kernel_us`; its published figure is
-  kineto's kernel time, not a board time: calibration/validate_timing.py).
-The gau-nernst records were made with the description's launch gap at T10 (0.93 us); the description now carries the gap
-measured in the board's protocol (emulator/machines/b200.py, `launch_gap_us`). None of these peers launches with
-PDL, so each steady call is the gap plus the kernel: each of those rows takes the difference (the re-simulation of
-v6b's four benchmarks moved each by exactly that, +0.86 us, 2026-11-28); FlashInfer's kernel spans do not.
+  tools/data/flashinfer_simulated_2026-11-28_p1.json, the kernel span (`kernel_us`; its published figure is
+  kineto's kernel time, not a board time: calibration/validate_timing.py). A kernel span holds no launch gap, so
+  the records made before T11 stand.
 Every mechanism below adds to a simulated figure per call (or scales it), so the figures need no re-simulation;
 a mechanism inside the kernel's span (a cold start) adds to FlashInfer's kernel time too, one between launches
 (a launch overhead) does not.
@@ -41,18 +37,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "calibration"))
-sys.path.insert(0, str(ROOT))
 
-from emulator.machines.b200 import B200  # noqa: E402
 from published import geomean, load_published  # noqa: E402
 
 DATA = ROOT / "tools" / "data"
 # BENCHMARKS.md, "In one instrument" (2026-11-28): simulated board us per benchmark 1-4
-FROM_BENCHMARKS_MD = {
-    ("gau-nernst", "v5g"): (24.54, 14.84, 6.20, 4.34),
-    ("gau-nernst", "v6"): (24.54, 15.24, 6.20, 4.35),
-    ("gau-nernst", "v6b"): (24.54, 15.09, 6.20, 4.35),
-}
 FLASHINFER_JSONS = (DATA / "flashinfer_simulated_2026-11-27_store_rate.json", DATA / "flashinfer_simulated_2026-11-28_p1.json")
 LADDER = [("v1", "v2"), ("v2", "v2e"), ("v2", "v2d"), ("v2e", "v5"), ("v5", "v5c"), ("v5", "v5e"),
           ("v5e", "v5g"), ("v5g", "v6"), ("v6", "v6b")]
@@ -62,8 +51,6 @@ LADDER_STEP = 0.03
 COLD_START_US = (3262 - 1200) / 1860
 # [PB]'s CUPTI empty-kernel span (MACHINE-FACTS.md Table 1 section 7): ~1.4 us at any block size
 CUPTI_FLOOR_US = 1.4
-# the launch gap every record above was simulated with (T10; docstring)
-RECORDED_LAUNCH_GAP_US = 0.93
 
 
 def recorded(name: str) -> dict:
@@ -81,7 +68,9 @@ def recorded(name: str) -> dict:
 def rows() -> list:
     """Each published row with a simulated figure: dict(peer, version, benchmark, shape, published, simulated,
     subset, source, runner, kind: 'board' (a board time per call) or 'kernel' (a kernel span))."""
-    gau_nernst, current = recorded("gau_nernst_simulated_2026-11-28.txt"), recorded("teelaitila_simulated_2026-11-28.txt")
+    gau_nernst = {(r["version"], r["benchmark"]): r["simulated"]["board_us"]
+                  for r in json.loads((DATA / "gau_nernst_simulated_2026-11-28_t11.json").read_text())}
+    teelaitila = recorded("teelaitila_simulated_2026-11-28.txt")
     flash = {}
     for r in (r for path in FLASHINFER_JSONS for r in json.loads(path.read_text())):
         m = re.search(r"G=(\d+) m~(\d+) N=(\d+) K=(\d+)", r["case"])
@@ -92,13 +81,7 @@ def rows() -> list:
         if peer == "flashinfer":
             simulated, kind = flash.get(row["shape"]), "kernel"
         else:
-            simulated = gau_nernst.get((version, bench)) if peer == "gau-nernst" else None
-            if simulated is None and (peer, version) in FROM_BENCHMARKS_MD:
-                simulated = FROM_BENCHMARKS_MD[(peer, version)][bench - 1]
-            if simulated is not None:
-                simulated += B200.launch_gap_us - RECORDED_LAUNCH_GAP_US
-            else:
-                simulated = current.get((version, bench))
+            simulated = (gau_nernst if peer == "gau-nernst" else teelaitila).get((version, bench))
             kind = "board"
         if simulated is not None and row["subset"] != "excluded":
             out.append(dict(peer=peer, version=version, benchmark=bench, shape=row["shape"], kind=kind,

@@ -1,9 +1,8 @@
 """The launch gaps of both machine descriptions are the ones measured in the board's protocol
-(calibration/launch_gap.py, tools/data/h200_launch_gap_2026-11-28.json), and calibration/fast_lean.py's shift of
-the peers' T10 records by the changed gap is what a re-simulation gives."""
+(calibration/launch_gap.py, tools/data/h200_launch_gap_2026-11-28.json), and a peer without PDL moved by exactly
+the gap's change when re-simulated."""
 
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -37,15 +36,19 @@ def test_the_b200_description_takes_the_h200s_gaps():
     assert (B200.launch_gap_us, B200.launch_gap_pdl_us) == (H200.launch_gap_us, H200.launch_gap_pdl_us)
 
 
-def test_the_shifted_t10_records_equal_the_re_simulation_of_v6b():
-    """fast_lean adds the gap's change to the T10 records of entries that launch without PDL; v6b was
-    re-simulated in the new description (tools/data/board_mean_2026-11-28_gap.txt): the two agree."""
-    text = (DATA / "board_mean_2026-11-28_gap.txt").read_text()
-    simulated = {int(n): float(us) for n, us in
-                 re.findall(r"^benchmark (\d) .* peer submission_v6b\.py: TIMED simulated ([\d.]+) us", text, re.M)}
-    assert sorted(simulated) == [1, 2, 3, 4]
-    shifted = {r["benchmark"]: r["simulated"] for r in fast_lean.rows() if r["version"] == "v6b"}
-    assert shifted == pytest.approx(simulated, abs=0.011)
+def test_a_peer_without_pdl_moved_by_exactly_the_gaps_change():
+    """Each steady call of an entry that launches without PDL is the launch gap plus its kernel: every gau-nernst
+    point simulated both in T10 (gap 0.93 us; tools/data/gau_nernst_simulated_2026-11-28.txt) and in T11
+    (tools/data/gau_nernst_simulated_2026-11-28_t11.json, fast_lean.py's figures) moved by the gap's change."""
+    t10 = fast_lean.recorded("gau_nernst_simulated_2026-11-28.txt")
+    t11 = {(r["version"], r["benchmark"]): r["simulated"]["board_us"]
+           for r in json.loads((DATA / "gau_nernst_simulated_2026-11-28_t11.json").read_text())}
+    both = sorted(set(t10) & set(t11))
+    assert len(both) >= 28, both
+    for key in both:
+        assert t11[key] - t10[key] == pytest.approx(B200.launch_gap_us - 0.93, abs=0.011), key
+    used = [r for r in fast_lean.rows() if r["peer"] == "gau-nernst"]
+    assert len(used) == 40 and all(r["simulated"] == t11[(r["version"], r["benchmark"])] for r in used)
 
 
 @pytest.mark.long
