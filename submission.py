@@ -350,16 +350,20 @@ def _balance(jobs, num_workers):
     count = min(num_workers, len(jobs))
     bins, loads = _longest_first(jobs, count)
 
-    def cost_table():  # [w, i]: bins[w][i]'s cost, NaN past its jobs; room for two more per worker
-        table = np.full((count, max(len(b) for b in bins) + 2), np.nan)
-        for w, b in enumerate(bins):
-            table[w, :len(b)] = [cost for cost, _ in b]
+    def fill(table, w):  # row w: bins[w]'s costs, NaN past its jobs
+        table[w] = np.nan
+        table[w, :len(bins[w])] = [cost for cost, _ in bins[w]]
+
+    def cost_table():  # [w, i]: bins[w][i]'s cost; room for two more jobs per worker
+        table = np.empty((count, max(len(b) for b in bins) + 2))
+        for w in range(count):
+            fill(table, w)
         return table
 
-    costs, load = cost_table(), np.array(loads, dtype=np.float64)
+    costs = cost_table()
     for _ in range(20 * count):
         hi = max(range(count), key=loads.__getitem__)
-        top, mine = loads[hi], costs[hi, :len(bins[hi])]
+        top, mine, load = loads[hi], costs[hi, :len(bins[hi])], np.array(loads, dtype=np.float64)
         gap = top - load
         with np.errstate(invalid="ignore"):  # NaN (no job) compares False: not a candidate
             moved = (mine[None, :] > 0) & (mine[None, :] < gap[:, None])
@@ -379,10 +383,8 @@ def _balance(jobs, num_workers):
         if max(len(bins[hi]), len(bins[j])) > costs.shape[1]:
             costs = cost_table()
         else:
-            for w in (hi, j):
-                costs[w] = np.nan
-                costs[w, :len(bins[w])] = [cost for cost, _ in bins[w]]
-        load[hi], load[j] = loads[hi], loads[j]
+            fill(costs, hi)
+            fill(costs, j)
     return max(loads), [[payload for _, payload in b] for b in bins]
 
 
